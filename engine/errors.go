@@ -1,0 +1,204 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+)
+
+// Kind is the small closed set of error kinds celflow returns (PROTOCOL 12).
+// Every failure is classified once, here; HTTPStatus and Code are the only
+// mapping from errors to replies.
+type Kind uint8
+
+const (
+	KindInternal         Kind = iota // 500 server_error internal_error
+	KindInvalidJSON                  // 400 invalid_json
+	KindInvalidRequest               // 400 invalid_request
+	KindInvalidMedia                 // 400 invalid_media
+	KindMediaFetchFailed             // 400 media_fetch_failed
+	KindTooLarge                     // 413 request_too_large
+	KindNotFound                     // 404 not_found
+	KindMethodNotAllowed             // 405 method_not_allowed
+	KindUpstreamRejected             // upstream 4xx: same status, upstream_rejected
+	KindBadGateway                   // 502 upstream_error bad_gateway
+	KindUpstreamProtocol             // 502 upstream_error upstream_protocol_error
+	KindUpstreamTimeout              // 504 timeout_error upstream_timeout
+	KindDeadline                     // 504 timeout_error deadline_exceeded
+	KindShuttingDown                 // 503 server_error shutting_down
+	KindCancelled                    // client went away: 499 in logs and metrics, nothing is written
+)
+
+// Error is celflow's typed error. Message must never contain an upstream
+// body, except the relayed message of an upstream 4xx OpenAI error, already
+// cut to 512 bytes (UpstreamMsg).
+type Error struct {
+	Kind Kind
+	// Node is the node id, Item the fan-out index (-1 for none). The engine
+	// fills both when a node returns an error without them.
+	Node string
+	Item int
+	// Status is the upstream HTTP status for KindUpstreamRejected (the reply
+	// status) and informational otherwise.
+	Status int
+	// Msg is the human message without node prefix or request id.
+	Msg string
+	// UpstreamMsg is the relayed message of an upstream 4xx (already cut).
+	UpstreamMsg string
+	// Cause is for logs only; it is never shown to clients.
+	Cause error
+}
+
+// Errorf builds an *Error of a kind.
+func Errorf(k Kind, format string, args ...any) *Error {
+	return &Error{Kind: k, Item: -1, Msg: fmt.Sprintf(format, args...)}
+}
+
+func (e *Error) Error() string {
+	s := e.Where()
+	if s != "" {
+		s += ": "
+	}
+	s += e.Msg
+	if e.Cause != nil {
+		s += ": " + e.Cause.Error()
+	}
+	return s
+}
+
+func (e *Error) Unwrap() error { return e.Cause }
+
+// Where is "node" or "node[i]".
+func (e *Error) Where() string {
+	if e.Node == "" {
+		return ""
+	}
+	if e.Item >= 0 {
+		return e.Node + "[" + strconv.Itoa(e.Item) + "]"
+	}
+	return e.Node
+}
+
+// ClientMessage is the message shown to the client, ending with the request id.
+// For an upstream 4xx: "<node> rejected the request: HTTP <code>[: <msg>]".
+func (e *Error) ClientMessage(requestID string) string {
+	var s string
+	if e.Kind == KindUpstreamRejected {
+		s = e.Where() + " rejected the request: HTTP " + strconv.Itoa(e.Status)
+		if e.UpstreamMsg != "" {
+			s += ": " + e.UpstreamMsg
+		}
+	} else {
+		s = e.Msg
+		if w := e.Where(); w != "" {
+			s = w + ": " + s
+		}
+	}
+	return s + " (request_id: " + requestID + ")"
+}
+
+// AsError classifies any error into an *Error: context errors become
+// cancellation or deadline, anything unknown is internal.
+func AsError(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return &Error{Kind: KindDeadline, Item: -1, Msg: "request deadline exceeded", Cause: err}
+	case errors.Is(err, context.Canceled):
+		return &Error{Kind: KindCancelled, Item: -1, Msg: "client disconnected", Cause: err}
+	}
+	return &Error{Kind: KindInternal, Item: -1, Msg: "internal error", Cause: err}
+}
+
+// HTTPStatus is THE mapping from error kinds to reply statuses.
+func (e *Error) HTTPStatus() int {
+	switch e.Kind {
+	case KindInvalidJSON, KindInvalidRequest, KindInvalidMedia, KindMediaFetchFailed:
+		return http.StatusBadRequest
+	case KindTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case KindNotFound:
+		return http.StatusNotFound
+	case KindMethodNotAllowed:
+		return http.StatusMethodNotAllowed
+	case KindUpstreamRejected:
+		if e.Status >= 400 && e.Status < 500 {
+			return e.Status
+		}
+		return http.StatusBadGateway
+	case KindBadGateway, KindUpstreamProtocol:
+		return http.StatusBadGateway
+	case KindUpstreamTimeout, KindDeadline:
+		return http.StatusGatewayTimeout
+	case KindShuttingDown:
+		return http.StatusServiceUnavailable
+	case KindCancelled:
+		return 499 // never written: the client is gone; logs and metrics only
+	}
+	return http.StatusInternalServerError
+}
+
+// Type and Code are the OpenAI error body's "type" and "code".
+func (e *Error) Type() string {
+	switch e.Kind {
+	case KindBadGateway, KindUpstreamProtocol:
+		return "upstream_error"
+	case KindUpstreamTimeout, KindDeadline:
+		return "timeout_error"
+	case KindShuttingDown, KindInternal:
+		return "server_error"
+	case KindUpstreamRejected:
+		if e.HTTPStatus() >= 500 {
+			return "upstream_error"
+		}
+	}
+	if e.Kind == KindCancelled {
+		return "server_error"
+	}
+	return "invalid_request_error"
+}
+
+func (e *Error) Code() string {
+	switch e.Kind {
+	case KindInvalidJSON:
+		return "invalid_json"
+	case KindInvalidRequest:
+		return "invalid_request"
+	case KindInvalidMedia:
+		return "invalid_media"
+	case KindMediaFetchFailed:
+		return "media_fetch_failed"
+	case KindTooLarge:
+		return "request_too_large"
+	case KindNotFound:
+		return "not_found"
+	case KindMethodNotAllowed:
+		return "method_not_allowed"
+	case KindUpstreamRejected:
+		if e.HTTPStatus() >= 500 {
+			return "bad_gateway"
+		}
+		return "upstream_rejected"
+	case KindBadGateway:
+		return "bad_gateway"
+	case KindUpstreamProtocol:
+		return "upstream_protocol_error"
+	case KindUpstreamTimeout:
+		return "upstream_timeout"
+	case KindDeadline:
+		return "deadline_exceeded"
+	case KindShuttingDown:
+		return "shutting_down"
+	case KindCancelled:
+		return "client_closed_request"
+	}
+	return "internal_error"
+}

@@ -1,0 +1,337 @@
+package jsonb
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// maxDepth bounds nesting so a hostile body cannot exhaust the stack.
+const maxDepth = 512
+
+// SyntaxError is a JSON syntax error at a byte offset.
+type SyntaxError struct {
+	Offset int
+	Msg    string
+}
+
+func (e *SyntaxError) Error() string {
+	return fmt.Sprintf("invalid JSON at offset %d: %s", e.Offset, e.Msg)
+}
+
+// ErrNotObject is returned by Parse when the document is valid JSON but not an object.
+var ErrNotObject = errors.New("JSON body is not an object")
+
+type scanner struct {
+	b     []byte
+	depth int
+}
+
+func (s *scanner) fail(i int, msg string) error { return &SyntaxError{Offset: i, Msg: msg} }
+
+func (s *scanner) ws(i int) int {
+	for i < len(s.b) {
+		switch s.b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// value validates the value starting at i (no leading whitespace) and
+// returns the offset one past its end.
+func (s *scanner) value(i int) (int, error) {
+	if i >= len(s.b) {
+		return i, s.fail(i, "unexpected end of input")
+	}
+	switch c := s.b[i]; {
+	case c == '{':
+		return s.object(i, nil)
+	case c == '[':
+		return s.array(i, nil)
+	case c == '"':
+		return s.str(i)
+	case c == 't':
+		return s.lit(i, "true")
+	case c == 'f':
+		return s.lit(i, "false")
+	case c == 'n':
+		return s.lit(i, "null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return s.num(i)
+	default:
+		return i, s.fail(i, fmt.Sprintf("unexpected character %q", c))
+	}
+}
+
+func (s *scanner) lit(i int, w string) (int, error) {
+	if len(s.b)-i < len(w) || string(s.b[i:i+len(w)]) != w {
+		return i, s.fail(i, "invalid literal")
+	}
+	return i + len(w), nil
+}
+
+func (s *scanner) num(i int) (int, error) {
+	b := s.b
+	start := i
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+	default:
+		return i, s.fail(start, "invalid number")
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return i, s.fail(start, "invalid number")
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return i, s.fail(start, "invalid number")
+		}
+	}
+	return i, nil
+}
+
+// str validates a string starting at its opening quote.
+func (s *scanner) str(i int) (int, error) {
+	b := s.b
+	start := i
+	i++
+	for {
+		// Tight loop over the common bytes: long base64 payloads live here.
+		for i < len(b) {
+			c := b[i]
+			if c == '"' || c == '\\' || c < 0x20 {
+				break
+			}
+			i++
+		}
+		if i >= len(b) {
+			return i, s.fail(start, "unterminated string")
+		}
+		switch b[i] {
+		case '"':
+			return i + 1, nil
+		case '\\':
+			if i+1 >= len(b) {
+				return i, s.fail(start, "unterminated string")
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) || !isHex4(b[i+2:i+6]) {
+					return i, s.fail(i, "invalid \\u escape")
+				}
+				i += 6
+			default:
+				return i, s.fail(i, "invalid escape")
+			}
+		default:
+			return i, s.fail(i, "control character in string")
+		}
+	}
+}
+
+func isHex4(h []byte) bool {
+	for _, c := range h {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *scanner) object(i int, members *[]Member) (int, error) {
+	if s.depth++; s.depth > maxDepth {
+		return i, s.fail(i, "nesting too deep")
+	}
+	defer func() { s.depth-- }()
+	i = s.ws(i + 1)
+	if i < len(s.b) && s.b[i] == '}' {
+		return i + 1, nil
+	}
+	for {
+		if i >= len(s.b) || s.b[i] != '"' {
+			return i, s.fail(i, "expected object key")
+		}
+		ks := i
+		ke, err := s.str(i)
+		if err != nil {
+			return ke, err
+		}
+		i = s.ws(ke)
+		if i >= len(s.b) || s.b[i] != ':' {
+			return i, s.fail(i, "expected ':'")
+		}
+		i = s.ws(i + 1)
+		vs := i
+		ve, err := s.value(i)
+		if err != nil {
+			return ve, err
+		}
+		if members != nil {
+			*members = append(*members, Member{Key: unquoteKey(s.b[ks:ke]), KeyStart: ks, ValStart: vs, ValEnd: ve})
+		}
+		i = s.ws(ve)
+		if i >= len(s.b) {
+			return i, s.fail(i, "unterminated object")
+		}
+		switch s.b[i] {
+		case ',':
+			i = s.ws(i + 1)
+		case '}':
+			return i + 1, nil
+		default:
+			return i, s.fail(i, "expected ',' or '}'")
+		}
+	}
+}
+
+func (s *scanner) array(i int, elems *[][2]int) (int, error) {
+	if s.depth++; s.depth > maxDepth {
+		return i, s.fail(i, "nesting too deep")
+	}
+	defer func() { s.depth-- }()
+	i = s.ws(i + 1)
+	if i < len(s.b) && s.b[i] == ']' {
+		return i + 1, nil
+	}
+	for {
+		vs := i
+		ve, err := s.value(i)
+		if err != nil {
+			return ve, err
+		}
+		if elems != nil {
+			*elems = append(*elems, [2]int{vs, ve})
+		}
+		i = s.ws(ve)
+		if i >= len(s.b) {
+			return i, s.fail(i, "unterminated array")
+		}
+		switch s.b[i] {
+		case ',':
+			i = s.ws(i + 1)
+		case ']':
+			return i + 1, nil
+		default:
+			return i, s.fail(i, "expected ',' or ']'")
+		}
+	}
+}
+
+// unquoteKey returns the key's text; escapes are rare and go the slow way.
+func unquoteKey(q []byte) string {
+	for _, c := range q[1 : len(q)-1] {
+		if c == '\\' {
+			var s string
+			if json.Unmarshal(q, &s) == nil {
+				return s
+			}
+			break
+		}
+	}
+	return string(q[1 : len(q)-1])
+}
+
+func parse(buf []byte) (*Object, error) {
+	s := scanner{b: buf}
+	i := s.ws(0)
+	if i >= len(buf) {
+		return nil, s.fail(i, "empty body")
+	}
+	o := &Object{Buf: buf, Start: i}
+	var end int
+	var err error
+	if buf[i] == '{' {
+		o.Members = make([]Member, 0, 8)
+		end, err = s.object(i, &o.Members)
+	} else {
+		end, err = s.value(i)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if j := s.ws(end); j != len(buf) {
+		return nil, s.fail(j, "trailing data after JSON value")
+	}
+	if buf[i] != '{' {
+		return nil, ErrNotObject
+	}
+	o.End = end
+	return o, nil
+}
+
+func objectAt(buf []byte, start int) (*Object, error) {
+	s := scanner{b: buf}
+	if start < 0 || start >= len(buf) || buf[start] != '{' {
+		return nil, ErrNotObject
+	}
+	o := &Object{Buf: buf, Start: start}
+	end, err := s.object(start, &o.Members)
+	if err != nil {
+		return nil, err
+	}
+	o.End = end
+	return o, nil
+}
+
+func elements(buf []byte, start int) ([][2]int, error) {
+	s := scanner{b: buf}
+	if start < 0 || start >= len(buf) || buf[start] != '[' {
+		return nil, errors.New("not an array")
+	}
+	var out [][2]int
+	_, err := s.array(start, &out)
+	return out, err
+}
+
+// Valid reports whether buf is one valid JSON value (surrounding whitespace allowed).
+func Valid(buf []byte) bool {
+	s := scanner{b: buf}
+	i := s.ws(0)
+	end, err := s.value(i)
+	return err == nil && s.ws(end) == len(buf)
+}
+
+func (o *Object) find(key string) int {
+	for i := range o.Members {
+		if o.Members[i].Key == key {
+			return i
+		}
+	}
+	return -1
+}
+
+func (o *Object) get(key string) ([]byte, bool) {
+	if i := o.find(key); i >= 0 {
+		m := &o.Members[i]
+		return o.Buf[m.ValStart:m.ValEnd], true
+	}
+	return nil, false
+}

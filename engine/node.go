@@ -1,0 +1,363 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/celflow/celflow/engine/upstream"
+)
+
+// Key names a piece of per-request data that node types provide and need.
+// The compiler's dataflow check proves, for every route a workflow serves,
+// that each need is provided on every path into the node.
+type Key string
+
+// The well-known data keys. The front provides KeyTokens and KeyFeatures for
+// the generate route (PROTOCOL 1.5); everything else comes from nodes.
+const (
+	KeyMedia    Key = "media"    // State.Media: items found in the body (fetch-media)
+	KeyTokens   Key = "tokens"   // State.Tokens: the prompt's token ids T (render, generate entry)
+	KeyFeatures Key = "features" // per-item hash/placeholder/kwargs (render, generate entry)
+	KeyEC       Key = "ec"       // State.EC: merged ec_transfer_params (encode)
+	KeyKV       Key = "kv"       // State.KV: the prefill handoff (prefill)
+)
+
+// Need is one requirement of a node. Routes limits it to some client routes
+// (empty means every route): a tokens-in prefill needs tokens on chat only.
+type Need struct {
+	Key    Key
+	Routes []Route
+}
+
+// Contract is what a built node declares to the compiler.
+type Contract struct {
+	Needs    []Need
+	Provides []Key
+	// Responds: the node may answer the client; once it has, the run ends.
+	Responds bool
+	// Role is the upstream role the node calls ("encode", "prefill", "decode",
+	// "render", or "" for none); used for spans, metrics and pool checks.
+	Role string
+	// SurvivesEnd: the node keeps running when another node ends the run
+	// (the concurrent SGLang prefill, PROTOCOL 9). Client disconnect and the
+	// request deadline still cancel it.
+	SurvivesEnd bool
+}
+
+// Node is one built, immutable node of a compiled workflow. Run is called
+// once per attempt (and once per item for a fan-out node) and must be safe
+// for concurrent use by many requests.
+type Node interface {
+	Contract() Contract
+	Run(ctx context.Context, x *Exec) Result
+}
+
+// Merger is implemented by fan-out node types that combine their items'
+// results (encode merges ec_transfer_params in item order). The scheduler
+// calls Merge once, after every item succeeded, with results in item order.
+type Merger interface {
+	Merge(ctx context.Context, x *Exec, items []Result) Result
+}
+
+// Result is what one execution of a node returns. Err == nil means success.
+// A node that got an HTTP answer it does not accept (a 412 on conditional
+// decode, a 5xx on prefill) returns an *Error carrying that status, so edge
+// conditions can route on it.
+type Result struct {
+	HTTPStatus int         // upstream status, 0 when no call was made
+	Header     http.Header // upstream response headers (canonical names) when useful to edges
+	Err        error
+	Responded  bool           // the node answered the client
+	Outputs    map[string]any // declared outputs, readable as nodes.<id>.outputs (CEL-native values)
+	// Attrs are extra span attributes the node wants recorded (endpoint, bytes, ttfb...).
+	Attrs map[string]any
+}
+
+// Exec is a node's view of the run for one execution.
+type Exec struct {
+	Run     *Run
+	NodeID  string
+	Attempt int // 1-based
+	Index   int // fan-out item index, -1 when not a fan-out
+	Item    any // fan-out item value (the CEL list element), nil when not a fan-out
+	Span    trace.Span
+}
+
+// Request is the parsed client request, immutable once the run starts.
+type Request struct {
+	ID     string      // canonical request id (PROTOCOL 1.2)
+	Route  Route       // which client path
+	Header http.Header // client headers as received
+	Body   []byte      // the client body, exactly as received
+	Model  string
+	Stream bool // the JSON literal true only
+}
+
+// Route is the client path a request came in on.
+type Route uint8
+
+const (
+	RouteChat Route = iota + 1
+	RouteCompletions
+	RouteGenerate
+)
+
+// Path returns the route's URL path, which is also its format path.
+func (r Route) Path() string {
+	switch r {
+	case RouteChat:
+		return "/v1/chat/completions"
+	case RouteCompletions:
+		return "/v1/completions"
+	case RouteGenerate:
+		return "/inference/v1/generate"
+	}
+	return ""
+}
+
+// String is the format name used in CEL (request.format) and config.
+func (r Route) String() string {
+	switch r {
+	case RouteChat:
+		return "chat"
+	case RouteCompletions:
+		return "completions"
+	case RouteGenerate:
+		return "generate"
+	}
+	return "unknown"
+}
+
+// Routes lists every route, in a stable order.
+var Routes = []Route{RouteChat, RouteCompletions, RouteGenerate}
+
+// ParseRoute maps a format name to its route.
+func ParseRoute(s string) (Route, bool) {
+	for _, r := range Routes {
+		if r.String() == s {
+			return r, true
+		}
+	}
+	return 0, false
+}
+
+// Run is the state of one request's walk. The scheduler owns it; nodes
+// write only the State fields their contract Provides, and the DAG orders
+// every writer before its readers (siblings may not provide the same key).
+type Run struct {
+	// Ctx is the request's context: cancelled when the client goes away.
+	Ctx      context.Context
+	Req      *Request
+	State    State
+	Deadline time.Time // zero when request_timeout is off
+	// Client is where a responding node writes the reply. Use Answer to claim it.
+	client   http.ResponseWriter
+	answerMu sync.Mutex
+	answered bool
+
+	sharedMu sync.Mutex
+	shared   map[string]any
+}
+
+// Shared returns the run's value under key, making it once with mk. Sibling
+// nodes that must agree on something drawn per request (the SGLang bootstrap
+// room and prefill pick) meet here.
+func (r *Run) Shared(key string, mk func() any) any {
+	r.sharedMu.Lock()
+	defer r.sharedMu.Unlock()
+	if v, ok := r.shared[key]; ok {
+		return v
+	}
+	if r.shared == nil {
+		r.shared = make(map[string]any, 2)
+	}
+	v := mk()
+	r.shared[key] = v
+	return v
+}
+
+// NewRun prepares a run for req; w receives the responding node's reply.
+func NewRun(ctx context.Context, req *Request, w http.ResponseWriter) *Run {
+	return &Run{Ctx: ctx, Req: req, client: w, State: State{Body: req.Body}}
+}
+
+// Answer claims the client response writer. It returns false when another
+// node already answered; only one node ever writes to the client.
+func (r *Run) Answer() (http.ResponseWriter, bool) {
+	r.answerMu.Lock()
+	defer r.answerMu.Unlock()
+	if r.answered {
+		return nil, false
+	}
+	r.answered = true
+	return r.client, true
+}
+
+// Answered reports whether some node has claimed the client writer.
+func (r *Run) Answered() bool {
+	r.answerMu.Lock()
+	defer r.answerMu.Unlock()
+	return r.answered
+}
+
+// State is the typed blackboard of a run.
+type State struct {
+	// Body is the current client body: the received bytes, or the version
+	// with media URLs rewritten to data URIs by fetch-media. Legs splice
+	// their edits into it (engine/jsonb); it is never re-encoded whole.
+	Body []byte
+
+	Media  []MediaItem // items in order of appearance (fetch-media, render, generate entry)
+	Tokens Tokens      // T
+
+	EC json.RawMessage // merged ec_transfer_params object, nil when empty (encode + EC connector)
+	KV KVHandoff       // what prefill handed to decode
+
+	// PrefillAbandoned is set when the client left after prefill answered and
+	// before decode was sent (PROTOCOL 14): counted by metrics.
+	PrefillAbandoned bool
+}
+
+// MediaItem is one media part of the request.
+type MediaItem struct {
+	Index    int    // order of appearance over all modalities
+	Modality string // "image", "video", "audio"
+	Part     int    // k-th item of its modality
+	Type     string // media type, e.g. image/png ("" when unknown, e.g. generate)
+	Size     int    // decoded bytes (0 when unknown)
+	Remote   bool   // came from a URL fetch-media downloaded
+	// Location of the part in State.Body, for legs that rebuild or annotate it:
+	// byte offsets of the part object (PartStart..PartEnd) within State.Body.
+	PartStart, PartEnd int
+	// After render (or from a generate body):
+	Hash        string
+	Offset      int             // placeholder offset in T
+	Length      int             // placeholder length
+	Kwargs      json.RawMessage // JSON string or null (cache hit); nil when render sent none
+	HasFeatures bool
+}
+
+// Tokens is the prompt's token ids when known.
+type Tokens struct {
+	Known bool
+	// FromRender is true when T came from a render call (completions legs then
+	// replace prompt with T).
+	FromRender bool
+	IDs        []int64
+	// JSON is IDs encoded once as a JSON array, shared by every leg.
+	JSON []byte
+}
+
+// KVHandoff is the prefill → decode handoff.
+type KVHandoff struct {
+	PrefillRan bool
+	// Params is the kv_transfer_params object decode must carry (already
+	// prepared by the KV connector), nil for none.
+	Params json.RawMessage
+	// Bootstrap fields (kv-sglang) to set at the top level of both legs.
+	Bootstrap *Bootstrap
+}
+
+// Bootstrap is SGLang's rendezvous (PROTOCOL 9).
+type Bootstrap struct {
+	Host string
+	Port int
+	Room uint64
+}
+
+// BuildContext is what a node type's Build gets from the compiler.
+type BuildContext struct {
+	Upstream *upstream.Client // nil in validate-only mode with no upstream section
+	Defaults Defaults
+	Warn     func(path, msg string) // a warning at a params path (JSON pointer below params)
+	// WriteTimeout is the server's write_timeout for non-streaming replies
+	// (PROTOCOL 14): relaying nodes apply it from the moment they start writing.
+	WriteTimeout time.Duration
+}
+
+// Defaults are the workflow-level defaults a node falls back on.
+type Defaults struct {
+	KVConnector string // "" means kv-shared-storage
+	ECConnector string // "" means ec-shared-storage
+	TokensIn    bool   // encode and prefill use the generate format
+}
+
+// ParamError is a build error located at a JSON pointer inside the node's
+// params ("" for the params object itself); the compiler maps it to the YAML
+// file:line:col.
+type ParamError struct {
+	Path string
+	Msg  string
+}
+
+func (e *ParamError) Error() string { return e.Path + ": " + e.Msg }
+
+// ParamErrors is several of them at once.
+type ParamErrors []*ParamError
+
+func (e ParamErrors) Error() string {
+	if len(e) == 0 {
+		return "no errors"
+	}
+	return fmt.Sprintf("%s (and %d more)", e[0].Error(), len(e)-1)
+}
+
+// NodeType is a registered kind of node.
+type NodeType struct {
+	Name   string // kebab-case, e.g. "conditional-decode"
+	Schema []byte // JSON Schema (draft 2020-12) of the params object
+	// Doc is a one-line summary for `celflow schema` and errors.
+	Doc string
+	// FanOut: the type runs once per item of the node's foreach list.
+	FanOut bool
+	Build  func(b *BuildContext, params json.RawMessage) (Node, error)
+}
+
+var (
+	regMu    sync.RWMutex
+	registry = map[string]NodeType{}
+)
+
+// Register adds a node type. It panics on an empty or duplicate name: both
+// are programming errors caught the first time the binary starts.
+func Register(t NodeType) {
+	if t.Name == "" {
+		panic("engine: Register with an empty node type name")
+	}
+	if t.Build == nil {
+		panic("engine: node type " + t.Name + " has no Build")
+	}
+	regMu.Lock()
+	defer regMu.Unlock()
+	if _, dup := registry[t.Name]; dup {
+		panic("engine: node type " + t.Name + " registered twice")
+	}
+	registry[t.Name] = t
+}
+
+// LookupType returns the registered type of that name.
+func LookupType(name string) (NodeType, bool) {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	t, ok := registry[name]
+	return t, ok
+}
+
+// TypeNames lists the registered type names, sorted.
+func TypeNames() []string {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	out := make([]string, 0, len(registry))
+	for n := range registry {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}

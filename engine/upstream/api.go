@@ -1,0 +1,154 @@
+// Package upstream sends worker and render legs: to an Inference Gateway
+// (one base URL, routed by EPP-Profile) or to static pools that celflow picks
+// from (direct mode), with keep-alive pools sized for the fan-out, passive
+// health, and the header rules of PROTOCOL 2.
+//
+// This file is the contract other packages code against. Implementation
+// lives beside it.
+package upstream
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"time"
+)
+
+// Role is a worker role; it is also the EPP-Profile value of the leg.
+type Role string
+
+const (
+	RoleEncode  Role = "encode"
+	RolePrefill Role = "prefill"
+	RoleDecode  Role = "decode"
+)
+
+// Config is the `upstream:` section of the serve config.
+type Config struct {
+	Mode    string // "gateway" or "direct"
+	Gateway string // base URL, gateway mode
+	// Pools, direct mode: role → endpoints.
+	Pools map[Role][]Endpoint
+	// Picker: "round-robin" (default) or "least-in-flight".
+	Picker string
+	// Passive health (direct mode): eject an endpoint after FailureThreshold
+	// consecutive transport failures or 5xx, for EjectFor. Never the last
+	// healthy endpoint of a role. Slowness never ejects.
+	FailureThreshold int           // default 3
+	EjectFor         time.Duration // default 10s
+	// Connection pool (FIELD-NOTES 3 and 7).
+	IdleConnTimeout     time.Duration // default 4s, below uvicorn's 5s keep-alive
+	MaxIdleConnsPerHost int           // default 256
+	MaxConnsPerHost     int           // default 0 (no cap)
+	// Conditional decode in direct mode: celflow plays the endpoint picker.
+	// A prompt with at most ShortPromptTokens tokens is served by decode alone
+	// (predicted hit); otherwise a hit needs the prompt's prefix to have been
+	// sent to the chosen decode endpoint before (bounded prefix index).
+	ShortPromptTokens int // default 0 (off)
+	PrefixBlockTokens int // tokens per hashed block, default 16
+	PrefixIndexSize   int // entries per decode endpoint, default 10000
+}
+
+// Endpoint is one worker of a direct pool.
+type Endpoint struct {
+	URL string
+	// BootstrapPort is the SGLang bootstrap port of a prefill worker (0: unset).
+	BootstrapPort int
+}
+
+// Client sends legs. It is safe for concurrent use.
+type Client struct {
+	impl *client
+}
+
+// New builds a client; Validate-style errors name the offending key.
+func New(cfg Config) (*Client, error) { return newClient(cfg) }
+
+// HasRole reports whether a leg of that role has somewhere to go.
+func (c *Client) HasRole(r Role) bool { return c.impl.hasRole(r) }
+
+// Direct reports direct mode (celflow picks endpoints).
+func (c *Client) Direct() bool { return c.impl.direct }
+
+// Target is where one leg goes: the gateway, or one picked endpoint.
+// Call Done exactly once when the leg is over.
+type Target struct {
+	Base     string    // base URL without trailing slash
+	Endpoint *Endpoint // nil for the gateway
+	Host     string    // the endpoint's host (no port), for SGLang bootstrap_host
+	done     func(failed bool)
+}
+
+// Done releases the target: in-flight accounting and passive health
+// (failed: transport failure or 5xx).
+func (t *Target) Done(failed bool) {
+	if t.done != nil {
+		t.done(failed)
+		t.done = nil
+	}
+}
+
+// Pick chooses a target for a role, skipping excluded endpoint URLs when it
+// can (a retry goes to another endpoint).
+func (c *Client) Pick(r Role, exclude ...string) (*Target, error) { return c.impl.pick(r, exclude) }
+
+// PredictHit decides a direct-mode conditional decode without a network
+// call: hit means send the leg to the returned target (already picked);
+// a miss returns a nil target. tokens may be nil when T is unknown.
+func (c *Client) PredictHit(tokens []int64) (t *Target, hit bool) { return c.impl.predictHit(tokens) }
+
+// RecordPrefix notes that a prompt was sent to a decode endpoint, so a later
+// prompt with the same prefix is predicted a hit there.
+func (c *Client) RecordPrefix(t *Target, tokens []int64) { c.impl.recordPrefix(t, tokens) }
+
+// Leg is one POST to a worker or to render.
+type Leg struct {
+	Role    Role   // "" for render (no EPP-Profile)
+	Path    string // e.g. /v1/chat/completions
+	Body    io.Reader
+	Length  int64
+	Header  http.Header // the client's headers, filtered here per PROTOCOL 2.2
+	ReqID   string
+	Prefer  bool          // Prefer: if-available (conditional decode)
+	TTFB    time.Duration // time to first response byte, 0 = none
+	Relay   bool          // decode/conditional-decode: forward client Accept-Encoding, keep the body compressed
+	Trace   http.Header   // traceparent/tracestate to set (from the node's span), nil to forward the client's
+}
+
+// Send posts the leg to target base. Errors are *TransportError (before any
+// response) or *TimeoutError (TTFB expired); ctx cancellation returns ctx.Err().
+// A non-2xx response is returned as is; the caller classifies it.
+func (c *Client) Send(ctx context.Context, base string, leg *Leg) (*http.Response, error) {
+	return c.impl.send(ctx, base, leg)
+}
+
+// TransportError is a failure before any response byte arrived.
+type TransportError struct{ Err error }
+
+func (e *TransportError) Error() string { return "transport: " + e.Err.Error() }
+func (e *TransportError) Unwrap() error { return e.Err }
+
+// TimeoutError is an expired time-to-first-byte.
+type TimeoutError struct{ After time.Duration }
+
+func (e *TimeoutError) Error() string { return "no response within " + e.After.String() }
+
+// ErrorInfo reads a non-2xx response for classification: it reads at most
+// 8 KiB (decompressing when needed) for the logs, and extracts an
+// OpenAI-style error message ({"error":{"message":…}} or vLLM's flat
+// {"object":"error","message":…}) cut to 512 bytes on a UTF-8 boundary.
+// It closes the body.
+func ErrorInfo(resp *http.Response) (msg string, logBody []byte) { return errorInfo(resp) }
+
+// ReadBody reads a 2xx body whole (decompressing when needed), at most limit
+// bytes, and closes it.
+func ReadBody(resp *http.Response, limit int64) ([]byte, error) { return readBody(resp, limit) }
+
+// Relay copies a response to the client: status, headers minus hop-by-hop,
+// x-request-id set to reqID; the body flows chunk by chunk, each flushed as it
+// arrives, never parsed or buffered. idle > 0 bounds the silence between two
+// chunks. A mid-body failure returns an error after the status was sent: the
+// caller must then end the reply abnormally (panic(http.ErrAbortHandler)).
+func Relay(w http.ResponseWriter, resp *http.Response, reqID string, idle time.Duration) (n int64, err error) {
+	return relay(w, resp, reqID, idle)
+}
