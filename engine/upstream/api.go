@@ -59,6 +59,12 @@ type Endpoint struct {
 // Client sends legs. It is safe for concurrent use.
 type Client struct {
 	impl *client
+
+	// OnLeg, when set, is called once per Send with the leg's role, the
+	// response status (0 when there was none), the time until response
+	// headers or failure, and the error Send returns. It is the metrics hook;
+	// set it before the first Send. Nil by default.
+	OnLeg func(role Role, status int, dur time.Duration, err error)
 }
 
 // New builds a client; Validate-style errors name the offending key.
@@ -77,6 +83,7 @@ type Target struct {
 	Endpoint *Endpoint // nil for the gateway
 	Host     string    // the endpoint's host (no port), for SGLang bootstrap_host
 	done     func(failed bool)
+	ep       *endpoint // the picked endpoint, nil for the gateway
 }
 
 // Done releases the target: in-flight accounting and passive health
@@ -103,23 +110,29 @@ func (c *Client) RecordPrefix(t *Target, tokens []int64) { c.impl.recordPrefix(t
 
 // Leg is one POST to a worker or to render.
 type Leg struct {
-	Role    Role   // "" for render (no EPP-Profile)
-	Path    string // e.g. /v1/chat/completions
-	Body    io.Reader
-	Length  int64
-	Header  http.Header // the client's headers, filtered here per PROTOCOL 2.2
-	ReqID   string
-	Prefer  bool          // Prefer: if-available (conditional decode)
-	TTFB    time.Duration // time to first response byte, 0 = none
-	Relay   bool          // decode/conditional-decode: forward client Accept-Encoding, keep the body compressed
-	Trace   http.Header   // traceparent/tracestate to set (from the node's span), nil to forward the client's
+	Role   Role   // "" for render (no EPP-Profile)
+	Path   string // e.g. /v1/chat/completions
+	Body   io.Reader
+	Length int64
+	Header http.Header // the client's headers, filtered here per PROTOCOL 2.2
+	ReqID  string
+	Prefer bool          // Prefer: if-available (conditional decode)
+	TTFB   time.Duration // time to first response byte, 0 = none
+	Relay  bool          // decode/conditional-decode: forward client Accept-Encoding, keep the body compressed
+	Trace  http.Header   // traceparent/tracestate to set (from the node's span), nil to forward the client's
+	// NewBody returns a fresh reader over the same bytes as Body. It allows
+	// the one resend of a leg that failed on a stale keep-alive connection
+	// (FIELD-NOTES 3). Nil is fine when Body is a *bytes.Reader,
+	// *bytes.Buffer or *strings.Reader that has not been read yet; otherwise
+	// a nil NewBody means no resend.
+	NewBody func() io.Reader
 }
 
 // Send posts the leg to target base. Errors are *TransportError (before any
 // response) or *TimeoutError (TTFB expired); ctx cancellation returns ctx.Err().
 // A non-2xx response is returned as is; the caller classifies it.
 func (c *Client) Send(ctx context.Context, base string, leg *Leg) (*http.Response, error) {
-	return c.impl.send(ctx, base, leg)
+	return c.impl.send(ctx, base, leg, c.OnLeg)
 }
 
 // TransportError is a failure before any response byte arrived.
@@ -150,5 +163,25 @@ func ReadBody(resp *http.Response, limit int64) ([]byte, error) { return readBod
 // chunks. A mid-body failure returns an error after the status was sent: the
 // caller must then end the reply abnormally (panic(http.ErrAbortHandler)).
 func Relay(w http.ResponseWriter, resp *http.Response, reqID string, idle time.Duration) (n int64, err error) {
-	return relay(w, resp, reqID, idle)
+	return relay(w, resp, RelayOptions{ReqID: reqID, Idle: idle})
+}
+
+// RelayOptions tune RelayWith.
+type RelayOptions struct {
+	ReqID string        // canonical id, set as X-Request-Id
+	Idle  time.Duration // longest silence between two body chunks, 0 = none
+	// Stream marks the reply as streaming although the upstream did not
+	// answer text/event-stream (the client asked stream:true, PROTOCOL 13).
+	Stream bool
+	// WriteTimeout bounds writing a non-streaming reply, counted from the
+	// moment Relay starts writing (PROTOCOL 14); 0 means no deadline (the
+	// server's, counted from the request's arrival, is cleared either way).
+	// Streaming replies never get a write deadline.
+	WriteTimeout time.Duration
+}
+
+// RelayWith is Relay with write-timeout handling and an explicit streaming
+// flag; the same contract otherwise.
+func RelayWith(w http.ResponseWriter, resp *http.Response, o RelayOptions) (n int64, err error) {
+	return relay(w, resp, o)
 }

@@ -1,0 +1,96 @@
+package upstream
+
+import (
+	"net/http"
+	"net/textproto"
+	"strings"
+)
+
+// ForwardHeaders copies the client's headers src onto a leg's headers dst
+// per PROTOCOL 2.2: hop-by-hop headers (and any named in Connection), Host,
+// Content-Length, Content-Type, EPP-Profile, X-Request-Id and Prefer are
+// dropped; Accept-Encoding is dropped unless relay (decode and
+// conditional-decode keep the client's). Everything else passes, each
+// multi-valued header whole and in order; traceparent/tracestate pass too
+// (Send replaces them when the leg carries its own).
+//
+// To stay allocation-light, dst shares the value slices of src, capped so
+// that an append to dst never writes into src; neither must be modified in
+// place afterwards.
+func ForwardHeaders(dst, src http.Header, relay bool) {
+	conn := connectionValues(src)
+	for k, vs := range src {
+		ck := textproto.CanonicalMIMEHeaderKey(k) // no allocation when canonical
+		if dropOnLeg(ck, relay) || namedIn(conn, ck) {
+			continue
+		}
+		if old := dst[ck]; len(old) > 0 {
+			dst[ck] = append(old[:len(old):len(old)], vs...)
+		} else {
+			dst[ck] = vs[:len(vs):len(vs)]
+		}
+	}
+}
+
+// hopByHop reports RFC 9110 hop-by-hop headers (canonical names), plus the
+// non-standard Proxy-Connection that proxies also treat as one.
+func hopByHop(ck string) bool {
+	switch ck {
+	case "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade", "Proxy-Connection":
+		return true
+	}
+	return false
+}
+
+func dropOnLeg(ck string, relay bool) bool {
+	switch ck {
+	case "Host", "Content-Length", "Content-Type", "Epp-Profile", "X-Request-Id", "Prefer":
+		return true
+	case "Accept-Encoding":
+		return !relay
+	}
+	return hopByHop(ck)
+}
+
+// connectionValues finds the Connection header even under a non-canonical
+// key (a hand-built header map); net/http's are canonical.
+func connectionValues(h http.Header) []string {
+	if v, ok := h["Connection"]; ok {
+		return v
+	}
+	for k, v := range h {
+		if len(k) == len("Connection") && strings.EqualFold(k, "Connection") {
+			return v
+		}
+	}
+	return nil
+}
+
+// namedIn reports whether the Connection header values conn name ck.
+func namedIn(conn []string, ck string) bool {
+	for _, v := range conn {
+		for v != "" {
+			var tok string
+			tok, v, _ = strings.Cut(v, ",")
+			if strings.EqualFold(strings.TrimSpace(tok), ck) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// copyReplyHeaders copies an upstream reply's headers to the client minus
+// hop-by-hop ones (PROTOCOL 2.3); X-Request-Id is the caller's to set.
+// Value slices are shared with src (capped), as in ForwardHeaders.
+func copyReplyHeaders(dst, src http.Header) {
+	conn := connectionValues(src)
+	for k, vs := range src {
+		ck := textproto.CanonicalMIMEHeaderKey(k)
+		if hopByHop(ck) || ck == "X-Request-Id" || namedIn(conn, ck) {
+			continue
+		}
+		dst[ck] = vs[:len(vs):len(vs)] // the upstream's value wins
+	}
+}

@@ -1,0 +1,173 @@
+package upstream
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrNoEndpoint: a leg's role has no endpoint (direct mode without a pool
+// for the role, or render passed to Pick).
+var ErrNoEndpoint = errors.New("no endpoint for role")
+
+// endpoint is one worker of a direct pool with its live state. Picking and
+// releasing are lock-free; only an ejection decision takes the pool lock.
+type endpoint struct {
+	ep   Endpoint // as configured; Target.Endpoint points here
+	base string   // URL without trailing slash
+	host string
+	pool *pool
+
+	inflight     atomic.Int64
+	failures     atomic.Int32 // consecutive failures since the last success or ejection
+	ejectedUntil atomic.Int64 // unix ns; 0 or past = healthy
+
+	prefix *prefixIndex // decode pools only
+}
+
+// pool is the endpoints of one role.
+type pool struct {
+	role          Role
+	eps           []*endpoint
+	next          atomic.Uint64 // rotation counter
+	leastInFlight bool
+	threshold     int32
+	ejectFor      time.Duration
+	now           func() time.Time
+	mu            sync.Mutex // serialises ejections (the never-last rule)
+}
+
+func newPool(r Role, eps []Endpoint, cfg Config) *pool {
+	p := &pool{
+		role:          r,
+		leastInFlight: cfg.Picker == pickLeastInFlight,
+		threshold:     int32(min(cfg.FailureThreshold, 1<<30)),
+		ejectFor:      cfg.EjectFor,
+		now:           time.Now,
+	}
+	for _, ep := range eps {
+		e := &endpoint{ep: ep, base: strings.TrimRight(ep.URL, "/"), pool: p}
+		e.host = hostOf(e.base)
+		if r == RoleDecode {
+			e.prefix = newPrefixIndex(cfg.PrefixIndexSize)
+		}
+		p.eps = append(p.eps, e)
+	}
+	return p
+}
+
+func (c *client) pick(r Role, exclude []string) (*Target, error) {
+	i := roleIndex(r)
+	if i < 0 {
+		return nil, fmt.Errorf("%w %q", ErrNoEndpoint, r)
+	}
+	if !c.direct {
+		return &Target{Base: c.gateway, Host: c.gatewayHost}, nil
+	}
+	p := c.pools[i]
+	if p == nil {
+		return nil, fmt.Errorf("%w %q", ErrNoEndpoint, r)
+	}
+	return p.take(p.choose(exclude)), nil
+}
+
+// choose prefers a healthy, non-excluded endpoint; then a healthy one; then
+// any (ejections expire, and the never-last rule keeps one healthy, so the
+// last pass is a safety net).
+func (p *pool) choose(exclude []string) *endpoint {
+	now := p.now().UnixNano()
+	for pass := 0; pass < 3; pass++ {
+		ok := func(e *endpoint) bool {
+			return pass == 2 || (e.healthy(now) && (pass == 1 || !e.excluded(exclude)))
+		}
+		if e := p.scan(ok); e != nil {
+			return e
+		}
+	}
+	return p.eps[0] // unreachable: pass 2 accepts every endpoint
+}
+
+// scan returns the next eligible endpoint in rotation (round-robin) or the
+// eligible one with the fewest legs in flight, ties broken by rotation.
+func (p *pool) scan(ok func(*endpoint) bool) *endpoint {
+	n := uint64(len(p.eps))
+	if !p.leastInFlight {
+		// Advancing the counter past skipped endpoints keeps the rotation
+		// fair among the eligible ones.
+		for range n {
+			if e := p.eps[(p.next.Add(1)-1)%n]; ok(e) {
+				return e
+			}
+		}
+		return nil
+	}
+	start := p.next.Add(1) - 1
+	var best *endpoint
+	var bestN int64
+	for k := range n {
+		e := p.eps[(start+k)%n]
+		if !ok(e) {
+			continue
+		}
+		if in := e.inflight.Load(); best == nil || in < bestN {
+			best, bestN = e, in
+		}
+	}
+	return best
+}
+
+func (p *pool) take(e *endpoint) *Target {
+	e.inflight.Add(1)
+	return &Target{Base: e.base, Endpoint: &e.ep, Host: e.host, ep: e, done: e.release}
+}
+
+func (e *endpoint) healthy(now int64) bool {
+	u := e.ejectedUntil.Load()
+	return u == 0 || now >= u
+}
+
+func (e *endpoint) excluded(exclude []string) bool {
+	for _, x := range exclude {
+		if x == e.base || x == e.ep.URL {
+			return true
+		}
+	}
+	return false
+}
+
+// release ends one leg: in-flight accounting and passive health. A success
+// resets the failure streak; FailureThreshold consecutive failures eject.
+func (e *endpoint) release(failed bool) {
+	e.inflight.Add(-1)
+	if !failed {
+		if e.failures.Load() != 0 {
+			e.failures.Store(0)
+		}
+		return
+	}
+	if e.failures.Add(1) >= e.pool.threshold {
+		e.pool.eject(e)
+	}
+}
+
+// eject takes e out of rotation for EjectFor unless it is the last healthy
+// endpoint of its role (FIELD-NOTES 5); then its streak keeps counting and
+// the next failure tries again. A rejoining endpoint starts a fresh streak.
+func (p *pool) eject(e *endpoint) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now().UnixNano()
+	if !e.healthy(now) {
+		return
+	}
+	for _, o := range p.eps {
+		if o != e && o.healthy(now) {
+			e.ejectedUntil.Store(now + int64(p.ejectFor))
+			e.failures.Store(0)
+			return
+		}
+	}
+}

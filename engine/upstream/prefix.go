@@ -1,0 +1,191 @@
+package upstream
+
+import (
+	"sync"
+)
+
+// Conditional decode in direct mode (PROTOCOL 5): celflow plays the EPP's
+// prefix-cache scorer with a model of vLLM's prefix cache. A prompt is cut
+// into blocks of PrefixBlockTokens tokens; block i is named by a chained
+// hash h_i = H(h_{i-1}, block_i), so a name stands for the whole prefix up to
+// that block, as in vLLM. Each decode endpoint keeps a bounded set of the
+// names of prompts sent to it.
+//
+// Decision: a prompt is a predicted hit on an endpoint when the name of its
+// LAST FULL block is in that endpoint's index, i.e. decode would have to
+// compute at most PrefixBlockTokens-1 tokens itself. A prompt shorter than
+// one block has no full block and is a miss (vLLM caches only full blocks),
+// unless ShortPromptTokens covers it.
+//
+// The model ignores multimodal inputs: two prompts with the same tokens but
+// different images share names. A wrong hit costs time (decode computes the
+// prompt), never correctness.
+
+// predictHit: see Client.PredictHit. Gateway mode always misses (the EPP
+// answers 412 itself; the caller sends the leg).
+func (c *client) predictHit(tokens []int64) (*Target, bool) {
+	if !c.direct || tokens == nil {
+		return nil, false
+	}
+	p := c.pools[roleIndex(RoleDecode)]
+	if p == nil {
+		return nil, false
+	}
+	if n := c.cfg.ShortPromptTokens; n > 0 && len(tokens) <= n {
+		return p.take(p.choose(nil)), true
+	}
+	bs := c.cfg.PrefixBlockTokens
+	if len(tokens) < bs {
+		return nil, false
+	}
+	var h uint64 = hashSeed
+	for i := 0; i+bs <= len(tokens); i += bs {
+		h = chainHash(h, tokens[i:i+bs])
+	}
+	// Every healthy endpoint that holds the prefix is a candidate, not only
+	// the next in rotation; the least loaded wins, ties by rotation.
+	now := p.now().UnixNano()
+	n := uint64(len(p.eps))
+	start := p.next.Add(1) - 1
+	var best *endpoint
+	var bestN int64
+	for k := range n {
+		e := p.eps[(start+k)%n]
+		if !e.healthy(now) || !e.prefix.has(h) {
+			continue
+		}
+		if in := e.inflight.Load(); best == nil || in < bestN {
+			best, bestN = e, in
+		}
+	}
+	if best == nil {
+		return nil, false
+	}
+	return p.take(best), true
+}
+
+// recordPrefix stores the names of every full block of tokens in the index
+// of t's decode endpoint. No-op for the gateway, other roles, or nil tokens.
+func (c *client) recordPrefix(t *Target, tokens []int64) {
+	if t == nil || t.ep == nil || t.ep.prefix == nil || len(tokens) == 0 {
+		return
+	}
+	bs := c.cfg.PrefixBlockTokens
+	nb := len(tokens) / bs
+	if nb == 0 {
+		return
+	}
+	buf := hashBufs.Get().(*[]uint64)
+	hs := (*buf)[:0]
+	var h uint64 = hashSeed
+	for i := 0; i < nb; i++ {
+		h = chainHash(h, tokens[i*bs:(i+1)*bs])
+		hs = append(hs, h)
+	}
+	t.ep.prefix.add(hs)
+	*buf = hs[:0]
+	hashBufs.Put(buf)
+}
+
+var hashBufs = sync.Pool{New: func() any { b := make([]uint64, 0, 256); return &b }}
+
+const hashSeed uint64 = 0x9e3779b97f4a7c15
+
+// chainHash names block given the name of the prefix before it. Not
+// cryptographic: a collision only mispredicts a hit. The block is hashed on
+// its own (two lanes, so consecutive multiplies overlap) and then chained:
+// blocks do not wait on each other, which makes a 50k-token prompt about
+// twice as fast to name as a single token-by-token chain.
+func chainHash(prev uint64, block []int64) uint64 {
+	a, b := uint64(len(block)), uint64(0x6a09e667f3bcc908)
+	i := 0
+	for ; i+1 < len(block); i += 2 {
+		a = (a ^ uint64(block[i])) * 0xff51afd7ed558ccd
+		a ^= a >> 29
+		b = (b ^ uint64(block[i+1])) * 0xc4ceb9fe1a85ec53
+		b ^= b >> 29
+	}
+	if i < len(block) {
+		a = (a ^ uint64(block[i])) * 0xff51afd7ed558ccd
+		a ^= a >> 29
+	}
+	return mix64(prev ^ mix64(a^b*0x9e3779b97f4a7c15))
+}
+
+// mix64 is splitmix64's finaliser: full avalanche of the block state.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// prefixIndex is a bounded set of block names with CLOCK eviction (an LRU
+// approximation without a list to maintain on every hit).
+type prefixIndex struct {
+	mu   sync.Mutex
+	cap  int
+	slot map[uint64]int32 // name → index in keys
+	keys []uint64
+	ref  []bool // referenced since the hand last passed
+	hand int
+}
+
+func newPrefixIndex(capacity int) *prefixIndex {
+	return &prefixIndex{cap: capacity, slot: make(map[uint64]int32)}
+}
+
+func (x *prefixIndex) has(h uint64) bool {
+	x.mu.Lock()
+	i, ok := x.slot[h]
+	if ok {
+		x.ref[i] = true
+	}
+	x.mu.Unlock()
+	return ok
+}
+
+// add inserts the names of one prompt, in prefix order. Names are chained,
+// so the longest prefix already present was recorded before: it is marked
+// referenced and only the names after it are inserted (a repeated prompt
+// costs one lookup, a follow-up turn only its new blocks). When one call
+// brings more names than fit, the later (longer) prefixes survive, which
+// are the ones a hit checks.
+func (x *prefixIndex) add(hs []uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for k := len(hs) - 1; k >= 0; k-- {
+		if i, ok := x.slot[hs[k]]; ok {
+			x.ref[i] = true
+			hs = hs[k+1:]
+			break
+		}
+	}
+	for _, h := range hs {
+		if i, ok := x.slot[h]; ok {
+			x.ref[i] = true
+			continue
+		}
+		if len(x.keys) < x.cap {
+			x.slot[h] = int32(len(x.keys))
+			x.keys = append(x.keys, h)
+			x.ref = append(x.ref, false)
+			continue
+		}
+		for x.ref[x.hand] { // bounded: each pass clears one bit
+			x.ref[x.hand] = false
+			x.hand = (x.hand + 1) % x.cap
+		}
+		delete(x.slot, x.keys[x.hand])
+		x.keys[x.hand] = h
+		x.slot[h] = int32(x.hand)
+		x.hand = (x.hand + 1) % x.cap
+	}
+}
+
+func (x *prefixIndex) len() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.slot)
+}
