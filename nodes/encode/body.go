@@ -1,0 +1,85 @@
+package encode
+
+import (
+	"fmt"
+
+	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/jsonb"
+	"github.com/celflow/celflow/engine/mm"
+)
+
+// chatBody is one item's chat-format sub-request (PROTOCOL 6):
+//
+//	{"model":M,"messages":[{"role":"user","content":[{"type":T,"<T>":<client object>}]}],
+//	 "tokens":{…item tokens, features without kwargs…},"max_tokens":1,"stream":false}
+//
+// The part is rebuilt from its "<T>" member (so a client uuid on the part is
+// not carried) and that member is referenced, not copied: the body is three
+// segments around the client's bytes. tokens is omitted when render gave the
+// item no features.
+func chatBody(st *engine.State, it *engine.MediaItem) (*jsonb.Body, error) {
+	p, ok := mm.PartAt(st.Body, it.PartStart, it.PartEnd)
+	if !ok {
+		return nil, fmt.Errorf("media item %d: its part is not in the body", it.Index)
+	}
+	var tokens []byte
+	if it.HasFeatures {
+		var err error
+		if tokens, err = mm.ItemChatTokensJSON(st.Tokens, it); err != nil {
+			return nil, err
+		}
+	}
+	pre := make([]byte, 0, 96+len(p.Type)*2)
+	pre = append(pre, '{')
+	if m, ok := mm.TopLevel(st.Body, "model"); ok {
+		pre = append(pre, `"model":`...)
+		pre = append(pre, m...)
+		pre = append(pre, ',')
+	}
+	pre = append(pre, `"messages":[{"role":"user","content":[{"type":`...)
+	pre = jsonb.AppendQuote(pre, p.Type)
+	pre = append(pre, ',')
+	pre = jsonb.AppendQuote(pre, p.Type)
+	pre = append(pre, ':')
+	post := make([]byte, 0, len(tokens)+48)
+	post = append(post, `}]}]`...)
+	if tokens != nil {
+		post = append(post, `,"tokens":`...)
+		post = append(post, tokens...)
+	}
+	post = append(post, `,"max_tokens":1,"stream":false}`...)
+	ed := jsonb.NewEditor(st.Body)
+	ed.Splice(0, p.ObjStart, pre)
+	ed.Splice(p.ObjEnd, len(st.Body), post)
+	return ed.Body(), nil
+}
+
+// generateBody is one item's generate-format sub-request (PROTOCOL 6):
+//
+//	{"model":M,"token_ids":[…],"features":{…with kwargs, null for a cache hit…},
+//	 "sampling_params":{"max_tokens":1},"stream":false}
+//
+// No request_id, no min_tokens.
+func generateBody(st *engine.State, it *engine.MediaItem) (*jsonb.Body, error) {
+	if !it.HasFeatures {
+		return nil, fmt.Errorf("media item %d has no render features (hash, placeholder)", it.Index)
+	}
+	ids, err := mm.ItemTokensJSON(st.Tokens, it)
+	if err != nil {
+		return nil, err
+	}
+	f := mm.ItemFeaturesJSON(it, true)
+	out := make([]byte, 0, len(ids)+len(f)+128)
+	out = append(out, '{')
+	if m, ok := mm.TopLevel(st.Body, "model"); ok {
+		out = append(out, `"model":`...)
+		out = append(out, m...)
+		out = append(out, ',')
+	}
+	out = append(out, `"token_ids":`...)
+	out = append(out, ids...)
+	out = append(out, `,"features":`...)
+	out = append(out, f...)
+	out = append(out, `,"sampling_params":{"max_tokens":1},"stream":false}`...)
+	return jsonb.Raw(out), nil
+}

@@ -1,0 +1,226 @@
+// Package encode is the encode node type: a fan-out over the request's media
+// items, one encoder leg per item, whose ec_transfer_params are merged in
+// item order through the EC connector (PROTOCOL 6, 10).
+package encode
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/celflow/celflow/connectors/ec"
+	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/jsonb"
+	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/nodes/internal/leg"
+)
+
+//go:embed schema.json
+var schemaJSON []byte
+
+// TypeName is the node type's registered name.
+const TypeName = "encode"
+
+const (
+	defaultTTFB = 60 * time.Second
+	replyLimit  = 16 << 20 // an encoder reply: one token and the EC descriptors
+)
+
+func init() {
+	engine.Register(engine.NodeType{
+		Name:   TypeName,
+		Schema: schemaJSON,
+		Doc:    "encodes each media item on an encode worker (fan-out) and merges the ec_transfer_params",
+		FanOut: true,
+		Build:  build,
+	})
+}
+
+type params struct {
+	TTFBTimeout string `json:"ttfb_timeout"`
+	ECConnector string `json:"ec_connector"`
+	Format      string `json:"format"`
+}
+
+// Node is a built encode node: immutable, safe for concurrent requests.
+type Node struct {
+	client   *upstream.Client // nil in validate-only builds
+	ttfb     time.Duration
+	tokensIn bool
+	ec       ec.Connector
+}
+
+func build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
+	var p params
+	if err := leg.Decode(raw, &p); err != nil {
+		return nil, err
+	}
+	var errs engine.ParamErrors
+	add := func(err error) {
+		if pe, ok := err.(*engine.ParamError); ok {
+			errs = append(errs, pe)
+		}
+	}
+	n := &Node{client: b.Upstream}
+	var err error
+	n.ttfb, err = leg.Duration("/ttfb_timeout", p.TTFBTimeout, defaultTTFB)
+	add(err)
+	n.tokensIn, err = leg.TokensIn(p.Format, b)
+	add(err)
+	name, path := p.ECConnector, "/ec_connector"
+	if name == "" {
+		name, path = b.Defaults.ECConnector, ""
+	}
+	if n.ec, err = ec.Lookup(name); err != nil {
+		add(&engine.ParamError{Path: path, Msg: err.Error()})
+	}
+	add(leg.RequireRole(b, upstream.RoleEncode))
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return n, nil
+}
+
+// Contract: encode needs the items' features (render, or the generate
+// entry) and provides the merged EC params.
+func (n *Node) Contract() engine.Contract {
+	return engine.Contract{
+		Needs:    []engine.Need{{Key: engine.KeyFeatures}},
+		Provides: []engine.Key{engine.KeyEC},
+		Role:     string(upstream.RoleEncode),
+	}
+}
+
+// replies holds each fan-out item's ec_transfer_params until Merge, per run.
+type replies struct {
+	mu sync.Mutex
+	by map[int]ec.Params
+}
+
+func (n *Node) store(x *engine.Exec) *replies {
+	return x.Run.Shared("encode/"+x.NodeID, func() any { return &replies{by: map[int]ec.Params{}} }).(*replies)
+}
+
+// item is the media item of this execution: the engine hands the run's
+// engine.MediaItem as Exec.Item for a foreach over `media` (filtered lists
+// included); otherwise Exec.Index indexes State.Media.
+func item(x *engine.Exec) (*engine.MediaItem, bool) {
+	media := x.Run.State.Media
+	switch v := x.Item.(type) {
+	case engine.MediaItem:
+		if v.Index >= 0 && v.Index < len(media) {
+			return &media[v.Index], true
+		}
+	case *engine.MediaItem:
+		return v, true
+	}
+	if x.Index >= 0 && x.Index < len(media) {
+		return &media[x.Index], true
+	}
+	return nil, false
+}
+
+// Run sends one item's encoder leg.
+func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
+	if n.client == nil {
+		return engine.Result{Err: engine.Errorf(engine.KindInternal, "encode was built without an upstream client")}
+	}
+	it, ok := item(x)
+	if !ok {
+		return engine.Result{Err: engine.Errorf(engine.KindInternal, "encode: fan-out item %d is not a media item", x.Index)}
+	}
+	st := &x.Run.State
+	generate := n.tokensIn || x.Run.Req.Route == engine.RouteGenerate
+	var body *jsonb.Body
+	var err error
+	path := engine.RouteChat.Path()
+	if generate {
+		path = engine.RouteGenerate.Path()
+		body, err = generateBody(st, it)
+	} else {
+		body, err = chatBody(st, it)
+	}
+	if err != nil {
+		e := engine.Errorf(engine.KindUpstreamProtocol, "cannot build the encoder request: %v", err)
+		return engine.Result{Err: e}
+	}
+	target, e := leg.Pick(n.client, upstream.RoleEncode)
+	if e != nil {
+		return engine.Result{Err: e}
+	}
+	l := leg.NewLeg(x, upstream.RoleEncode, path, body, n.ttfb)
+	resp, e := leg.Send(ctx, x, n.client, target.Base, l)
+	target.Done(leg.Failed(resp, e))
+	attrs := leg.Attrs(target, l)
+	attrs["celflow.media.hash"] = it.Hash
+	status := 0
+	if resp != nil {
+		status = resp.StatusCode
+		attrs["http.response.status_code"] = status
+	}
+	if e != nil {
+		return engine.Result{HTTPStatus: status, Err: e, Attrs: attrs}
+	}
+	raw, e := leg.ReadJSON(x, resp, replyLimit)
+	if e != nil {
+		return engine.Result{HTTPStatus: status, Err: e, Attrs: attrs}
+	}
+	if p := ecParams(x, raw); p != nil {
+		s := n.store(x)
+		s.mu.Lock()
+		s.by[x.Index] = p
+		s.mu.Unlock()
+		attrs["celflow.ec.entries"] = len(p)
+	}
+	return engine.Result{HTTPStatus: status, Attrs: attrs}
+}
+
+// ecParams reads only ec_transfer_params from an encoder reply: a non-empty
+// object is kept; a string, array, null, {} or absent field is ignored.
+func ecParams(x *engine.Exec, raw []byte) ec.Params {
+	obj, err := jsonb.Parse(raw)
+	if err != nil {
+		return nil
+	}
+	v, ok := obj.Get("ec_transfer_params")
+	var p ec.Params
+	if ok && len(v) > 0 && v[0] == '{' {
+		_ = json.Unmarshal(v, &p)
+	}
+	if len(p) == 0 {
+		if logrus.IsLevelEnabled(logrus.DebugLevel) {
+			leg.Log(x).WithField("present", ok).Debug("encoder reply has no usable ec_transfer_params; ignored")
+		}
+		return nil
+	}
+	return p
+}
+
+// Merge hands the items' ec_transfer_params to the EC connector in item
+// order (not arrival order) and records the result as State.EC.
+func (n *Node) Merge(_ context.Context, x *engine.Exec, items []engine.Result) engine.Result {
+	s := n.store(x)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rs := make([]ec.Params, len(items))
+	for k := range items {
+		if items[k].Err != nil {
+			continue
+		}
+		rs[k] = s.by[k]
+		if rs[k] == nil && n.ec.Name() == ec.NIXL {
+			leg.Log(x).WithField("item", k).Warn("encoder reply carried no ec_transfer_params; prefill will not get this item's descriptor")
+		}
+	}
+	x.Run.State.EC = n.ec.Merge(rs)
+	return engine.Result{Attrs: map[string]any{"celflow.ec.connector": n.ec.Name(), "celflow.ec.bytes": len(x.Run.State.EC)}}
+}
+
+var (
+	_ engine.Node   = (*Node)(nil)
+	_ engine.Merger = (*Node)(nil)
+)
