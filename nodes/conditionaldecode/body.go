@@ -1,0 +1,35 @@
+package conditionaldecode
+
+import (
+	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/jsonb"
+	"github.com/celflow/celflow/engine/mm"
+	"github.com/celflow/celflow/nodes/internal/leg"
+)
+
+// build edits the client body for the conditional-decode leg (PROTOCOL 5):
+// chat adds `tokens` when T is known (features without kwargs, only with
+// items); completions gets prompt = T when T came from render; generate is
+// sent as is. Never kv_transfer_params, never uuid; stream is the client's.
+func build(x *engine.Exec, route engine.Route, body []byte, t engine.Tokens, media []engine.MediaItem) (*jsonb.Body, *engine.Error) {
+	var key string
+	var val []byte
+	switch route {
+	case engine.RouteChat:
+		key, val = "tokens", mm.ChatTokensJSON(t, media)
+	case engine.RouteCompletions:
+		if t.FromRender {
+			key, val = "prompt", mm.TokenJSON(t)
+		}
+	}
+	if val == nil {
+		return jsonb.Raw(body), nil
+	}
+	obj, e := leg.ParseBody(x, body)
+	if e != nil {
+		return nil, e
+	}
+	ed := jsonb.NewEditor(body)
+	ed.In(obj).Set(key, val)
+	return ed.Body(), nil
+}

@@ -1,0 +1,98 @@
+// Package decode is the `decode` node type: the terminal leg that generates
+// the reply and relays it to the client (PROTOCOL 8, 13).
+package decode
+
+import (
+	_ "embed"
+	"encoding/json"
+	"time"
+
+	"github.com/celflow/celflow/connectors/kv"
+	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/nodes/internal/leg"
+)
+
+//go:embed schema.json
+var schemaJSON []byte
+
+// TypeName is the node type's registered name.
+const TypeName = "decode"
+
+func init() {
+	engine.Register(engine.NodeType{
+		Name:   TypeName,
+		Schema: schemaJSON,
+		Doc:    "terminal decode leg; carries the KV handoff and relays the reply (JSON or SSE)",
+		Build:  Build,
+	})
+}
+
+type params struct {
+	TTFBTimeout       string `json:"ttfb_timeout"`
+	StreamIdleTimeout string `json:"stream_idle_timeout"`
+	Aggregated        bool   `json:"aggregated"`
+	KVConnector       string `json:"kv_connector"`
+}
+
+// Decode is a built decode node; immutable and safe for concurrent use.
+type Decode struct {
+	client       *upstream.Client
+	ttfb, idle   time.Duration
+	writeTimeout time.Duration
+	aggregated   bool
+	sglang       bool // kv-sglang: bootstrap fields instead of kv_transfer_params
+	port         int  // kv-sglang bootstrap port
+}
+
+// Build validates params and the decode target.
+func Build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
+	var p params
+	if err := leg.Decode(raw, &p); err != nil {
+		return nil, err
+	}
+	n := &Decode{client: b.Upstream, aggregated: p.Aggregated, writeTimeout: b.WriteTimeout}
+	var errs engine.ParamErrors
+	add := func(err error) {
+		if pe, ok := err.(*engine.ParamError); ok {
+			errs = append(errs, pe)
+		} else if err != nil {
+			errs = append(errs, &engine.ParamError{Msg: err.Error()})
+		}
+	}
+	var err error
+	n.ttfb, err = leg.Duration("/ttfb_timeout", p.TTFBTimeout, 0)
+	add(err)
+	n.idle, err = leg.Duration("/stream_idle_timeout", p.StreamIdleTimeout, 0)
+	add(err)
+	name, path := p.KVConnector, "/kv_connector"
+	if name == "" {
+		name, path = b.Defaults.KVConnector, ""
+	}
+	if c, err := kv.Lookup(name); err != nil {
+		add(&engine.ParamError{Path: path, Msg: err.Error()})
+	} else if c.Bootstrap() && !p.Aggregated {
+		n.sglang = true
+		if n.port, err = kv.BootstrapPort(); err != nil {
+			add(&engine.ParamError{Path: path, Msg: err.Error()})
+		}
+	}
+	add(leg.RequireRole(b, upstream.RoleDecode))
+	switch len(errs) {
+	case 0:
+		return n, nil
+	case 1:
+		return nil, errs[0]
+	}
+	return nil, errs
+}
+
+// Contract: decode answers the client whenever it succeeds (terminal: no
+// node may follow it) and ends the run. It needs nothing:
+// without a prefill the body simply carries no kv_transfer_params, and
+// without T no tokens (PROTOCOL 8, celflow differs Q1).
+func (n *Decode) Contract() engine.Contract {
+	return engine.Contract{Role: string(upstream.RoleDecode), Responds: true, Terminal: true}
+}
+
+var _ engine.Node = (*Decode)(nil)

@@ -1,0 +1,129 @@
+package decode
+
+import (
+	"context"
+
+	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/nodes/internal/leg"
+)
+
+// Run sends the decode leg and relays a 2xx reply to the client.
+//
+// A failure after the reply started comes back as Err with Responded true
+// (see leg.Relay): the front ends the reply abnormally.
+func (n *Decode) Run(ctx context.Context, x *engine.Exec) engine.Result {
+	st := &x.Run.State
+	res := engine.Result{Attrs: map[string]any{}}
+	if n.aggregated {
+		res.Outputs = map[string]any{"aggregated": true}
+		res.Attrs["celflow.aggregated"] = true
+	}
+	// PROTOCOL 14: the client left after prefill answered and before decode
+	// was sent. No decode; the prefill worker's lease frees the KV.
+	if err := firstErr(x.Run.Ctx, ctx); err != nil {
+		if st.KV.PrefillRan && x.Run.Ctx.Err() != nil {
+			st.PrefillAbandoned = true
+			res.Attrs["celflow.prefill_abandoned"] = true
+		}
+		res.Err = engine.AsError(err)
+		return res
+	}
+	obj, e := leg.ParseBody(x, st.Body)
+	if e != nil {
+		res.Err = e
+		return res
+	}
+	in := &bodyIn{Route: x.Run.Req.Route, Body: st.Body, Obj: obj, Tokens: st.Tokens, Media: st.Media}
+	if !n.aggregated && st.KV.PrefillRan && st.KV.Bootstrap == nil {
+		in.KV = st.KV.Params
+	}
+	var session *leg.SGLang
+	if n.sglang {
+		if in.Route == engine.RouteGenerate {
+			res.Err = engine.Errorf(engine.KindInvalidRequest, "kv-sglang cannot serve %s: SGLang has no generate endpoint", in.Route.Path())
+			return res
+		}
+		switch {
+		case st.KV.Bootstrap != nil: // sequential: prefill ran before us
+			in.Boot = st.KV.Bootstrap
+		case n.client != nil && n.client.Direct() && n.client.HasRole(upstream.RolePrefill):
+			// Concurrent shape: meet the prefill node in the run's session.
+			session = leg.Session(x, n.client, n.port)
+			if session.PickErr != nil {
+				res.Err = session.PickErr
+				return res
+			}
+			var cancel context.CancelCauseFunc
+			ctx, cancel = context.WithCancelCause(ctx)
+			defer cancel(nil)
+			if e := session.JoinDecode(cancel); e != nil {
+				res.Err = e
+				return res
+			}
+			in.Boot = &engine.Bootstrap{Host: session.Host, Port: session.Port, Room: session.Room}
+		}
+	}
+	return n.send(ctx, x, in, session, res)
+}
+
+func firstErr(ctxs ...context.Context) error {
+	for _, c := range ctxs {
+		if err := c.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (n *Decode) send(ctx context.Context, x *engine.Exec, in *bodyIn, s *leg.SGLang, res engine.Result) engine.Result {
+	body, e := build(in)
+	if e != nil {
+		res.Err = e
+		return res
+	}
+	t, e := leg.PickFor(x, n.client, upstream.RoleDecode)
+	if e != nil {
+		res.Err = e
+		return res
+	}
+	l := leg.NewLeg(x, upstream.RoleDecode, x.Run.Req.Route.Path(), body, n.ttfb)
+	l.Relay = true
+	for k, v := range leg.Attrs(t, l) {
+		res.Attrs[k] = v
+	}
+	resp, e := leg.Send(ctx, x, n.client, t.Base, l)
+	t.Done(leg.Failed(resp, e))
+	if resp != nil {
+		res.HTTPStatus = resp.StatusCode
+		res.Attrs["http.response.status_code"] = resp.StatusCode
+	}
+	if e != nil {
+		if resp != nil {
+			res.Header = resp.Header // for edges: response.headers
+		}
+		if s != nil {
+			if pe := s.PrefillErr(); pe != nil { // prefill failed first: its error wins
+				e = pe
+			}
+		}
+		res.Err = e
+		return res
+	}
+	if s != nil {
+		if pe := s.DecodeStarted(); pe != nil {
+			resp.Body.Close()
+			res.Err = pe
+			return res
+		}
+	}
+	if n.client.Direct() && in.Tokens.Known {
+		n.client.RecordPrefix(t, in.Tokens.IDs)
+	}
+	r := leg.Relay(x, resp, n.idle, n.writeTimeout)
+	for k, v := range r.Attrs {
+		res.Attrs[k] = v
+	}
+	res.Responded, res.Err = r.Responded, r.Err
+	return res
+}

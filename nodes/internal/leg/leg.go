@@ -1,0 +1,155 @@
+// Package leg sends worker and render legs for the node types and classifies
+// their failures in one way (PROTOCOL 12), so every node reports transport
+// failures, timeouts, upstream 4xx and 5xx, and unparseable replies alike.
+package leg
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/upstream"
+)
+
+// RoleName is the name a leg's role takes in messages: the role, or "render".
+func RoleName(r upstream.Role) string {
+	if r == "" {
+		return "render"
+	}
+	return string(r)
+}
+
+// Do sends one leg and classifies failures that happen before a response:
+//   - ctx cancelled ⇒ KindCancelled; ctx deadline ⇒ KindDeadline (the engine
+//     decides whether its own timer counts as the request deadline);
+//   - *upstream.TimeoutError ⇒ KindUpstreamTimeout;
+//   - anything else (transport) ⇒ KindBadGateway "<role> unreachable".
+//
+// The response is returned whatever its status; the caller owns its body.
+func Do(ctx context.Context, x *engine.Exec, c *upstream.Client, base string, l *upstream.Leg) (*http.Response, *engine.Error) {
+	resp, err := c.Send(ctx, base, l)
+	if err == nil {
+		return resp, nil
+	}
+	if resp != nil && resp.Body != nil {
+		resp.Body.Close()
+	}
+	return nil, classify(ctx, l.Role, err)
+}
+
+func classify(ctx context.Context, role upstream.Role, err error) *engine.Error {
+	if cerr := ctx.Err(); cerr != nil {
+		e := engine.AsError(cerr)
+		e.Cause = err
+		return e
+	}
+	var te *upstream.TimeoutError
+	if errors.As(err, &te) {
+		e := engine.Errorf(engine.KindUpstreamTimeout, "%s did not answer within %s", RoleName(role), te.After)
+		e.Cause = err
+		return e
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return engine.AsError(err)
+	}
+	e := engine.Errorf(engine.KindBadGateway, "%s unreachable", RoleName(role))
+	e.Cause = err
+	return e
+}
+
+// Send is Do followed by Reject for a non-2xx answer. On a non-2xx the
+// response is returned together with the error, its body already read (for
+// the log) and closed, so callers can still route on status and headers.
+// On success the caller owns resp.Body.
+func Send(ctx context.Context, x *engine.Exec, c *upstream.Client, base string, l *upstream.Leg) (*http.Response, *engine.Error) {
+	resp, e := Do(ctx, x, c, base, l)
+	if e != nil {
+		return nil, e
+	}
+	if is2xx(resp.StatusCode) {
+		return resp, nil
+	}
+	return resp, reject(x, RoleName(l.Role), resp)
+}
+
+func is2xx(code int) bool { return code >= 200 && code < 300 }
+
+// Reject classifies a non-2xx answer and closes its body: a 4xx becomes
+// KindUpstreamRejected with the status and the relayed OpenAI message (≤ 512
+// bytes); anything else becomes KindBadGateway. The body (≤ 8 KiB) goes to
+// the log with the request id, never to the client.
+func Reject(x *engine.Exec, resp *http.Response) *engine.Error {
+	return reject(x, "upstream", resp)
+}
+
+func reject(x *engine.Exec, name string, resp *http.Response) *engine.Error {
+	msg, body := upstream.ErrorInfo(resp)
+	code := resp.StatusCode
+	Log(x).WithFields(logrus.Fields{
+		"http.response.status_code": code,
+		"upstream_body":             string(body),
+	}).Warn("upstream answered with an error status")
+	if code >= 400 && code < 500 {
+		return &engine.Error{
+			Kind: engine.KindUpstreamRejected, Item: -1, Status: code,
+			Msg:         "rejected the request: HTTP " + strconv.Itoa(code),
+			UpstreamMsg: engine.CutUTF8(msg, 512),
+		}
+	}
+	return &engine.Error{
+		Kind: engine.KindBadGateway, Item: -1, Status: code,
+		Msg: name + " answered HTTP " + strconv.Itoa(code),
+	}
+}
+
+// ReadJSON reads a 2xx body (at most limit bytes, decompressed) and requires
+// valid JSON: a 204, an empty or a non-JSON body is KindBadGateway
+// "…returned an unparseable body" (ACCEPTANCE 198). It closes the body.
+func ReadJSON(x *engine.Exec, resp *http.Response, limit int64) ([]byte, *engine.Error) {
+	b, err := upstream.ReadBody(resp, limit)
+	if err != nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return nil, engine.AsError(err)
+		}
+		e := engine.Errorf(engine.KindBadGateway, "upstream reply could not be read")
+		e.Cause = err
+		return nil, e
+	}
+	if len(b) == 0 || !json.Valid(b) {
+		Log(x).WithFields(logrus.Fields{
+			"http.response.status_code": resp.StatusCode,
+			"upstream_body":             string(b[:min(len(b), 8<<10)]),
+		}).Warn("upstream returned an unparseable body")
+		return nil, engine.Errorf(engine.KindBadGateway, "upstream returned an unparseable body (HTTP %d)", resp.StatusCode)
+	}
+	return b, nil
+}
+
+// Fail wraps an error into a Result carrying the upstream status (0 when no
+// call was answered). A nil err gives a Result without error.
+func Fail(status int, err *engine.Error) engine.Result {
+	if err == nil {
+		return engine.Result{HTTPStatus: status}
+	}
+	return engine.Result{HTTPStatus: status, Err: err}
+}
+
+// Log is the logger of one execution: request id and node id on every line.
+func Log(x *engine.Exec) *logrus.Entry {
+	f := logrus.Fields{}
+	if x != nil {
+		f["node"] = x.NodeID
+		if x.Index >= 0 {
+			f["item"] = x.Index
+		}
+		if x.Run != nil && x.Run.Req != nil {
+			f["request_id"] = x.Run.Req.ID
+		}
+	}
+	return logrus.WithFields(f)
+}

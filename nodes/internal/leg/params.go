@@ -1,0 +1,76 @@
+package leg
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/upstream"
+)
+
+// Decode decodes params strictly into v (unknown keys are an error at their
+// pointer); empty or null params leave v as it is.
+func Decode(params json.RawMessage, v any) error {
+	p := bytes.TrimSpace(params)
+	if len(p) == 0 || string(p) == "null" {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(p))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		const unknown = "json: unknown field "
+		if s := err.Error(); strings.HasPrefix(s, unknown) {
+			key := strings.Trim(strings.TrimPrefix(s, unknown), `"`)
+			return &engine.ParamError{Path: "/" + key, Msg: "unknown field " + strings.TrimPrefix(s, unknown)}
+		}
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return &engine.ParamError{Path: "/" + strings.ReplaceAll(te.Field, ".", "/"), Msg: fmt.Sprintf("expected %s, got %s", te.Type, te.Value)}
+		}
+		return &engine.ParamError{Msg: err.Error()}
+	}
+	return nil
+}
+
+// Duration parses a duration param at path; "" gives def. Negative values
+// are an error.
+func Duration(path, s string, def time.Duration) (time.Duration, error) {
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, &engine.ParamError{Path: path, Msg: fmt.Sprintf("invalid duration %q (want e.g. \"30s\")", s)}
+	}
+	if d < 0 {
+		return 0, &engine.ParamError{Path: path, Msg: fmt.Sprintf("duration %q must not be negative", s)}
+	}
+	return d, nil
+}
+
+// TokensIn resolves a node's `format` param against the workflow default:
+// "openai" or "tokens-in"; "" takes the default.
+func TokensIn(format string, b *engine.BuildContext) (bool, error) {
+	switch format {
+	case "":
+		return b.Defaults.TokensIn, nil
+	case "openai":
+		return false, nil
+	case "tokens-in":
+		return true, nil
+	}
+	return false, &engine.ParamError{Path: "/format", Msg: fmt.Sprintf("unknown format %q (want openai or tokens-in)", format)}
+}
+
+// RequireRole fails the build when an upstream client is given and has no
+// target for role (ACCEPTANCE 29). A nil client (validate-only) passes.
+func RequireRole(b *engine.BuildContext, role upstream.Role) error {
+	if b.Upstream == nil || b.Upstream.HasRole(role) {
+		return nil
+	}
+	return &engine.ParamError{Msg: fmt.Sprintf("no %s target: the upstream section has neither a gateway nor a %s pool", role, role)}
+}

@@ -1,0 +1,50 @@
+package leg
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/upstream"
+)
+
+// Relay claims the client writer and relays a 2xx reply: status, headers,
+// and the body chunk by chunk (PROTOCOL 13). The result always has
+// Responded true once the claim succeeded. A failure after the status was
+// written is returned as Err with Responded true: KindCancelled when the
+// client left, KindBadGateway otherwise; the front must then end the reply
+// abnormally (panic(http.ErrAbortHandler)) and log a partial-response line.
+func Relay(x *engine.Exec, resp *http.Response, idle, writeTimeout time.Duration) engine.Result {
+	w, ok := x.Run.Answer()
+	if !ok {
+		resp.Body.Close()
+		return engine.Result{HTTPStatus: resp.StatusCode, Err: engine.Errorf(engine.KindInternal, "the client was already answered by another node")}
+	}
+	n, err := upstream.RelayWith(w, resp, upstream.RelayOptions{
+		ReqID:        x.Run.Req.ID,
+		Idle:         idle,
+		Stream:       x.Run.Req.Stream,
+		WriteTimeout: writeTimeout,
+	})
+	r := engine.Result{
+		HTTPStatus: resp.StatusCode,
+		Responded:  true,
+		Attrs:      map[string]any{"celflow.bytes_relayed": n},
+	}
+	if err != nil {
+		var e *engine.Error
+		switch {
+		case x.Run.Ctx.Err() != nil:
+			e = engine.AsError(x.Run.Ctx.Err())
+		case errors.Is(err, upstream.ErrIdleTimeout):
+			e = engine.Errorf(engine.KindUpstreamTimeout, "reply stalled for %s after %d bytes", idle, n)
+		default:
+			e = engine.Errorf(engine.KindBadGateway, "reply broke off after %d bytes", n)
+		}
+		e.Cause = err
+		r.Err = e
+		Log(x).WithError(err).WithField("bytes", n).Info("partial response: relayed reply ended abnormally")
+	}
+	return r
+}

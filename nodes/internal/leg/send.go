@@ -1,0 +1,99 @@
+package leg
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/jsonb"
+	"github.com/celflow/celflow/engine/upstream"
+)
+
+// NewLeg builds a leg carrying body, with the client's headers, the
+// canonical id and the node's trace context. The body is replayable (one
+// resend on a stale keep-alive connection).
+func NewLeg(x *engine.Exec, role upstream.Role, path string, body *jsonb.Body, ttfb time.Duration) *upstream.Leg {
+	l := &upstream.Leg{
+		Role:    role,
+		Path:    path,
+		Body:    body.Reader(),
+		Length:  int64(body.Len()),
+		NewBody: body.Reader,
+		TTFB:    ttfb,
+		Trace:   TraceHeaders(x),
+	}
+	if x.Run != nil && x.Run.Req != nil {
+		l.Header = x.Run.Req.Header
+		l.ReqID = x.Run.Req.ID
+	}
+	return l
+}
+
+// Pick chooses a target for role; no target is KindBadGateway.
+func Pick(c *upstream.Client, role upstream.Role) (*upstream.Target, *engine.Error) {
+	return pick(c, role, nil)
+}
+
+func pick(c *upstream.Client, role upstream.Role, exclude []string) (*upstream.Target, *engine.Error) {
+	t, err := c.Pick(role, exclude...)
+	if err != nil {
+		e := engine.Errorf(engine.KindBadGateway, "no %s target available", role)
+		e.Cause = err
+		return nil, e
+	}
+	return t, nil
+}
+
+// tried is the endpoints one node's attempts were sent to in one run.
+type tried struct {
+	mu   sync.Mutex
+	urls []string
+}
+
+// PickFor is Pick for one execution: a retry (Attempt > 1) avoids the
+// endpoints earlier attempts of the node used, when another is available
+// (FIELD-NOTES 4: retry prefill on another endpoint where celflow picks).
+func PickFor(x *engine.Exec, c *upstream.Client, role upstream.Role) (*upstream.Target, *engine.Error) {
+	if !c.Direct() || x.Run == nil {
+		return Pick(c, role)
+	}
+	tr := x.Run.Shared("leg.tried/"+x.NodeID+"/"+strconv.Itoa(x.Index), func() any { return &tried{} }).(*tried)
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var exclude []string
+	if x.Attempt > 1 {
+		exclude = tr.urls
+	}
+	t, e := pick(c, role, exclude)
+	if e == nil && t.Endpoint != nil {
+		tr.urls = append(tr.urls, t.Endpoint.URL)
+	}
+	return t, e
+}
+
+// Attrs are the span attributes of one leg sent to t.
+func Attrs(t *upstream.Target, l *upstream.Leg) map[string]any {
+	a := map[string]any{
+		"celflow.upstream.url": t.Base + l.Path,
+		"celflow.bytes_out":    l.Length,
+	}
+	if l.Role != "" {
+		a["celflow.epp_profile"] = string(l.Role)
+	}
+	if t.Endpoint != nil {
+		a["celflow.endpoint"] = t.Endpoint.URL
+	}
+	return a
+}
+
+// Failed reports whether a leg's outcome counts against the endpoint's
+// passive health: a transport failure or a 5xx. Slowness (a TTFB timeout)
+// and the client leaving never eject (FIELD-NOTES 5).
+func Failed(resp *http.Response, e *engine.Error) bool {
+	if resp != nil {
+		return resp.StatusCode >= 500
+	}
+	return e != nil && e.Kind == engine.KindBadGateway
+}

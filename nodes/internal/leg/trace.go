@@ -1,0 +1,34 @@
+package leg
+
+import (
+	"context"
+	"net/http"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/celflow/celflow/engine"
+)
+
+var traceContext propagation.TraceContext
+
+// TraceHeaders returns traceparent (and tracestate) naming the node's span
+// as parent, when tracing is on: the span context is valid and the span is
+// sampled or recording. Otherwise nil, and the client's own headers are
+// forwarded unchanged (PROTOCOL 2.2: none is invented).
+func TraceHeaders(x *engine.Exec) http.Header {
+	if x == nil || x.Span == nil {
+		return nil
+	}
+	sc := x.Span.SpanContext()
+	if !sc.IsValid() || !(sc.IsSampled() || x.Span.IsRecording()) {
+		return nil
+	}
+	h := make(http.Header, 2)
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+	traceContext.Inject(ctx, propagation.HeaderCarrier(h))
+	if len(h) == 0 {
+		return nil
+	}
+	return h
+}
