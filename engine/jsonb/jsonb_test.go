@@ -214,3 +214,24 @@ func BenchmarkPrefillCap(b *testing.B) {
 		_ = e.Body()
 	}
 }
+
+// The 8-byte skip loop must see a control character, quote or backslash at
+// any position of a word.
+func TestStringScanEveryPosition(t *testing.T) {
+	for pos := 0; pos < 17; pos++ {
+		base := []byte(strings.Repeat("x", 17))
+		bad := append([]byte(nil), base...)
+		bad[pos] = '\n'
+		if _, err := Parse([]byte(`{"a":"` + string(bad) + `"}`)); err == nil {
+			t.Errorf("control char at %d accepted", pos)
+		}
+		esc := string(base[:pos]) + `\"` + string(base[pos:])
+		o, err := Parse([]byte(`{"a":"` + esc + `","b":1}`))
+		if err != nil {
+			t.Fatalf("escape at %d: %v", pos, err)
+		}
+		if v, _ := o.Get("b"); string(v) != "1" {
+			t.Errorf("escape at %d: b = %q", pos, v)
+		}
+	}
+}

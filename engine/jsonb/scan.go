@@ -1,6 +1,7 @@
 package jsonb
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -122,7 +123,15 @@ func (s *scanner) str(i int) (int, error) {
 	start := i
 	i++
 	for {
-		// Tight loop over the common bytes: long base64 payloads live here.
+		// Skip 8 bytes at a time while none is a quote, a backslash or a
+		// control character: long base64 payloads and prompts live here.
+		for i+8 <= len(b) {
+			w := binary.LittleEndian.Uint64(b[i:])
+			if hasLess(w, 0x20)|hasZero(w^(lsb*'"'))|hasZero(w^(lsb*'\\')) != 0 {
+				break
+			}
+			i += 8
+		}
 		for i < len(b) {
 			c := b[i]
 			if c == '"' || c == '\\' || c < 0x20 {
@@ -335,3 +344,15 @@ func (o *Object) get(key string) ([]byte, bool) {
 	}
 	return nil, false
 }
+
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// hasZero is non-zero when some byte of w is zero; hasLess when some byte
+// is below n (n <= 128). Both may flag extra bytes above a true hit, never
+// miss one, which is all a skip loop needs.
+func hasZero(w uint64) uint64 { return (w - lsb) & ^w & msb }
+
+func hasLess(w uint64, n uint64) uint64 { return (w - lsb*n) & ^w & msb }
