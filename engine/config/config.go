@@ -1,0 +1,267 @@
+// Package config loads the serve config: one YAML file validated by an
+// embedded JSON Schema (strict, every problem at once, each at its
+// file:line:col), with every key overridable by an environment variable
+// CELFLOW_<PATH> (the variable names itself in errors), and documented
+// defaults for whatever neither sets.
+package config
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/celflow/celflow/engine/telemetry"
+	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/schema"
+)
+
+// ID is the $id of the serve config schema (`celflow schema config`).
+const ID = schema.Base + "config.json"
+
+//go:embed config.json
+var schemaJSON []byte
+
+func init() {
+	if err := schema.Register(ID, schemaJSON); err != nil {
+		panic(err)
+	}
+}
+
+// MiB is the unit of max_request_body_size.
+const MiB = 1 << 20
+
+// Config is a loaded, valid serve config.
+type Config struct {
+	File      string // the config file as given
+	Server    Server
+	Upstream  upstream.Config // zero fields take the upstream package's defaults
+	Telemetry Telemetry
+	Workflow  Workflow
+
+	doc     *schema.Doc
+	fromEnv map[string]string // pointer → the variable that set it
+}
+
+// Server is the `server:` section.
+type Server struct {
+	Listen             string
+	MaxRequestBodySize int64 // MiB
+	ReadHeaderTimeout  time.Duration
+	ReadTimeout        time.Duration
+	WriteTimeout       time.Duration
+	DrainDelay         time.Duration
+	ShutdownTimeout    time.Duration
+}
+
+// MaxBodyBytes is the body cap in bytes (the schema bounds it to int64).
+func (s Server) MaxBodyBytes() int64 { return s.MaxRequestBodySize * MiB }
+
+// Telemetry is the `telemetry:` section.
+type Telemetry struct {
+	LogLevel  string // trace, debug, info, warn, error
+	LogFormat string // json, text, or "" for json unless stderr is a terminal
+	Tracing   telemetry.Config
+}
+
+// Workflow is where the workflow comes from: exactly one of Path (already
+// resolved against the config file's directory) and Inline is set.
+type Workflow struct {
+	Path   string
+	Inline *schema.Doc // the inline document, positions in the config file
+}
+
+// Defaults returns the documented defaults (ACCEPTANCE 19, PROTOCOL 14).
+func Defaults() Config {
+	return Config{
+		Server: Server{
+			Listen:             ":8080",
+			MaxRequestBodySize: 64,
+			ReadHeaderTimeout:  10 * time.Second,
+			ReadTimeout:        30 * time.Second,
+			WriteTimeout:       120 * time.Second,
+			DrainDelay:         5 * time.Second,
+			ShutdownTimeout:    25 * time.Second,
+		},
+		Upstream: upstream.Config{
+			Picker:              "round-robin",
+			FailureThreshold:    upstream.DefaultFailureThreshold,
+			EjectFor:            upstream.DefaultEjectFor,
+			IdleConnTimeout:     upstream.DefaultIdleConnTimeout,
+			MaxIdleConnsPerHost: upstream.DefaultMaxIdleConnsPerHost,
+			PrefixBlockTokens:   upstream.DefaultPrefixBlockTokens,
+			PrefixIndexSize:     upstream.DefaultPrefixIndexSize,
+		},
+		Telemetry: Telemetry{LogLevel: "info"},
+	}
+}
+
+// LoadFile reads and loads a config file; getenv (os.Getenv, or a map in
+// tests; nil for none) supplies the CELFLOW_* overrides.
+func LoadFile(path string, getenv func(string) string) (*Config, schema.Diagnostics) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, schema.Diagnostics{{File: path, Msg: "cannot read config: " + err.Error()}}
+	}
+	return Load(path, data, getenv)
+}
+
+// Load validates a config document after applying the environment, and
+// returns every problem at once, sorted. The Config is nil on any error.
+func Load(file string, data []byte, getenv func(string) string) (*Config, schema.Diagnostics) {
+	doc, ds := schema.LoadYAML(file, data)
+	if doc == nil {
+		return nil, ds.Sort()
+	}
+	c := &Config{File: file, doc: doc}
+	ds = append(ds, c.applyEnv(getenv)...)
+	ds = append(ds, c.envDiags(append(schema.Validate(doc, ID, ""), c.check()...))...)
+	if ds.HasErrors() {
+		return nil, ds.Sort()
+	}
+	c.decode()
+	return c, ds.Sort()
+}
+
+// maxBodyMiB is the largest max_request_body_size whose byte count fits in
+// an int64.
+const maxBodyMiB = (1<<63 - 1) / MiB
+
+// check adds what the schema cannot say clearly.
+func (c *Config) check() schema.Diagnostics {
+	const ptr = "/server/max_request_body_size"
+	if x, ok := c.doc.Value(ptr); ok {
+		if n, ok := x.(json.Number); ok {
+			if i, err := n.Int64(); err == nil && i > maxBodyMiB {
+				return schema.Diagnostics{c.doc.Diag(ptr, schema.Error,
+					fmt.Sprintf("%d MiB overflows int64 bytes (at most %d)", i, int64(maxBodyMiB)))}
+			}
+		}
+	}
+	return nil
+}
+
+// decode fills the typed config from the validated document.
+func (c *Config) decode() {
+	d := Defaults()
+	c.Server, c.Upstream, c.Telemetry = d.Server, d.Upstream, d.Telemetry
+	v := values{c.doc}
+	v.str("/server/listen", &c.Server.Listen)
+	v.int64("/server/max_request_body_size", &c.Server.MaxRequestBodySize)
+	v.dur("/server/read_header_timeout", &c.Server.ReadHeaderTimeout)
+	v.dur("/server/read_timeout", &c.Server.ReadTimeout)
+	v.dur("/server/write_timeout", &c.Server.WriteTimeout)
+	v.dur("/server/drain_delay", &c.Server.DrainDelay)
+	v.dur("/server/shutdown_timeout", &c.Server.ShutdownTimeout)
+
+	u := &c.Upstream
+	v.str("/upstream/mode", &u.Mode)
+	v.str("/upstream/gateway", &u.Gateway)
+	v.str("/upstream/picker", &u.Picker)
+	for _, r := range []upstream.Role{upstream.RoleEncode, upstream.RolePrefill, upstream.RoleDecode} {
+		if eps, ok := v.pool("/upstream/pools/" + string(r)); ok {
+			if u.Pools == nil {
+				u.Pools = map[upstream.Role][]upstream.Endpoint{}
+			}
+			u.Pools[r] = eps
+		}
+	}
+	v.int("/upstream/health/failure_threshold", &u.FailureThreshold)
+	v.dur("/upstream/health/eject_for", &u.EjectFor)
+	v.dur("/upstream/connections/idle_timeout", &u.IdleConnTimeout)
+	v.int("/upstream/connections/max_idle_per_host", &u.MaxIdleConnsPerHost)
+	v.int("/upstream/connections/max_per_host", &u.MaxConnsPerHost)
+	v.int("/upstream/conditional_decode/short_prompt_tokens", &u.ShortPromptTokens)
+	v.int("/upstream/conditional_decode/prefix_block_tokens", &u.PrefixBlockTokens)
+	v.int("/upstream/conditional_decode/prefix_index_size", &u.PrefixIndexSize)
+
+	t := &c.Telemetry
+	v.str("/telemetry/log_level", &t.LogLevel)
+	v.str("/telemetry/log_format", &t.LogFormat)
+	v.bool("/telemetry/tracing/enabled", &t.Tracing.Enabled)
+	v.str("/telemetry/tracing/protocol", &t.Tracing.Protocol)
+	v.str("/telemetry/tracing/endpoint", &t.Tracing.Endpoint)
+
+	switch w, _ := c.doc.Value("/workflow"); w := w.(type) {
+	case string:
+		// A path in the file is relative to the file; one from the
+		// environment is relative to the working directory.
+		if _, env := c.fromEnv["/workflow"]; !env && !filepath.IsAbs(w) {
+			w = filepath.Join(filepath.Dir(c.File), w)
+		}
+		c.Workflow.Path = w
+	case map[string]any:
+		c.Workflow.Inline, _ = c.doc.Sub("/workflow")
+	}
+}
+
+// values reads typed leaves of a validated document.
+type values struct{ d *schema.Doc }
+
+func (v values) str(ptr string, dst *string) {
+	if x, ok := v.d.Value(ptr); ok {
+		*dst, _ = x.(string)
+	}
+}
+
+func (v values) int64(ptr string, dst *int64) {
+	if x, ok := v.d.Value(ptr); ok {
+		if n, ok := x.(json.Number); ok {
+			if i, err := n.Int64(); err == nil {
+				*dst = i
+			}
+		}
+	}
+}
+
+func (v values) int(ptr string, dst *int) {
+	var i int64
+	if _, ok := v.d.Value(ptr); ok {
+		v.int64(ptr, &i)
+		*dst = int(i)
+	}
+}
+
+func (v values) dur(ptr string, dst *time.Duration) {
+	if x, ok := v.d.Value(ptr); ok {
+		if s, ok := x.(string); ok {
+			if d, err := time.ParseDuration(s); err == nil {
+				*dst = d
+			}
+		}
+	}
+}
+
+func (v values) bool(ptr string, dst *bool) {
+	if x, ok := v.d.Value(ptr); ok {
+		*dst, _ = x.(bool)
+	}
+}
+
+// pool reads a list of endpoints: URL strings or {url, bootstrap_port}.
+func (v values) pool(ptr string) ([]upstream.Endpoint, bool) {
+	x, ok := v.d.Value(ptr)
+	if !ok {
+		return nil, false
+	}
+	items, _ := x.([]any)
+	eps := make([]upstream.Endpoint, 0, len(items))
+	for _, it := range items {
+		switch e := it.(type) {
+		case string:
+			eps = append(eps, upstream.Endpoint{URL: strings.TrimSpace(e)})
+		case map[string]any:
+			ep := upstream.Endpoint{}
+			ep.URL, _ = e["url"].(string)
+			if n, ok := e["bootstrap_port"].(json.Number); ok {
+				p, _ := n.Int64()
+				ep.BootstrapPort = int(p)
+			}
+			eps = append(eps, ep)
+		}
+	}
+	return eps, true
+}

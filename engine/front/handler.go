@@ -1,0 +1,222 @@
+package front
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/jsonb"
+	"github.com/celflow/celflow/engine/mm"
+	"github.com/celflow/celflow/engine/telemetry"
+)
+
+// serveHTTP wraps every request: canonical id first (so that every reply,
+// even a 404 or a panic's 500, carries X-Request-Id), in-flight tracking
+// for the shutdown, the draining refusal, and the summary line.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	x := &exchange{ResponseWriter: w, start: time.Now()}
+	x.id, x.rejected = requestID(r.Header)
+	if x.rejected >= 0 {
+		// The rejected value must never travel further (CEL, logs, legs).
+		r.Header.Del("X-Request-Id")
+	}
+	w.Header().Set("X-Request-Id", x.id)
+	// A write deadline set by an earlier reply on this kept-alive connection
+	// must not cut this one (the server itself has no write timeout).
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+
+	s.track.add()
+	defer s.track.done()
+	defer s.finish(x, r)
+
+	if s.draining.Load() && r.URL.Path != PathHealthz {
+		x.route = routeOf(r.URL.Path)
+		s.fail(x, engine.Errorf(engine.KindShuttingDown, "server is shutting down"))
+		return
+	}
+	s.router.ServeHTTP(x, r)
+}
+
+// finish turns a panic into a 500 (or an abnormal end when the reply had
+// started), logs the summary line, reports to Observe, and finally aborts
+// the connection when the reply must end abnormally (PROTOCOL 13).
+func (s *Server) finish(x *exchange, r *http.Request) {
+	if p := recover(); p != nil {
+		if p != http.ErrAbortHandler { // a sentinel, compared by identity as net/http does
+			s.entry(x).WithFields(map[string]any{"panic": p, "stack": string(debug.Stack())}).
+				Error("panic while serving a request")
+			s.fail(x, engine.Errorf(engine.KindInternal, "internal error"))
+		} else {
+			x.abort = true
+		}
+	}
+	s.logRequest(x, r)
+	if s.opts.Observe != nil && !x.probe {
+		ob := Observation{Route: x.route, Status: x.sentStatus(), Duration: time.Since(x.start),
+			Report: x.report, Run: x.run, Partial: x.abort}
+		if !x.firstByte.IsZero() {
+			ob.FirstByte = x.firstByte.Sub(x.start)
+		}
+		ob.Stream = x.run != nil && x.run.Req.Stream ||
+			x.wroteHeader && strings.HasPrefix(x.Header().Get("Content-Type"), "text/event-stream")
+		s.opts.Observe(&ob)
+	}
+	if x.abort {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// routeOf maps a client path to its route (0 when it is none).
+func routeOf(path string) engine.Route {
+	for _, rt := range engine.Routes {
+		if rt.Path() == path {
+			return rt
+		}
+	}
+	return 0
+}
+
+// inference serves one client route through its workflow.
+func (s *Server) inference(route engine.Route, runner engine.Runner) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		x := w.(*exchange) // serveHTTP always wraps
+		x.route = route
+		if s.opts.InFlight != nil {
+			defer s.opts.InFlight()()
+		}
+		if runner == nil {
+			s.fail(x, engine.Errorf(engine.KindNotFound, "the workflow does not serve %s", route.Path()))
+			return
+		}
+		body, e := s.readBody(x, r)
+		if e != nil {
+			s.fail(x, e)
+			return
+		}
+		req, tokens, media, e := parseRequest(x.id, route, r.Header, body)
+		s.debugRequest(x, r, body)
+		if e != nil {
+			s.fail(x, e)
+			return
+		}
+
+		// The server span continues the client's trace; with tracing off it
+		// is a no-op that allocates nothing.
+		ctx, span := telemetry.StartRequest(r.Context(), r, route.Path())
+		if span.IsRecording() {
+			span.SetAttributes(telemetry.AttrRequestID.String(x.id))
+		}
+		run := engine.NewRun(ctx, req, x)
+		run.State.Tokens = tokens
+		run.State.Media = media
+		x.run = run
+		rep := runner.Serve(run)
+		x.report = rep
+		s.settle(x, rep)
+		code := ""
+		if x.err != nil {
+			code = x.err.Code()
+		}
+		telemetry.EndRequest(span, x.sentStatus(), code)
+	})
+}
+
+// settle writes the run's error when no node answered, and marks the reply
+// for an abnormal end when a node failed after it had started writing.
+func (s *Server) settle(x *exchange, rep *engine.Report) {
+	switch {
+	case rep == nil:
+		s.fail(x, engine.Errorf(engine.KindInternal, "workflow returned no report"))
+	case rep.Err != nil:
+		// Answered or not, fail writes the error only if nothing was written;
+		// otherwise it marks the reply for an abnormal end (partial response).
+		s.fail(x, rep.Err)
+	case !rep.Answered && !x.wroteHeader:
+		s.fail(x, engine.Errorf(engine.KindInternal, "no node answered the client"))
+	}
+}
+
+// readBody reads the body under the cap: 413 above it, 400 when it cannot
+// be read (PROTOCOL 1.3). A declared length is read into one exact buffer.
+func (s *Server) readBody(x *exchange, r *http.Request) ([]byte, *engine.Error) {
+	limit := s.opts.MaxBodyBytes
+	if r.ContentLength > limit {
+		return nil, tooLarge(limit)
+	}
+	if r.ContentLength >= 0 {
+		buf := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, buf); err != nil {
+			return nil, unreadable(err)
+		}
+		return buf, nil
+	}
+	// MaxBytesReader gets the connection's own writer, so that net/http
+	// closes the connection after the 413 instead of draining the rest.
+	buf, err := io.ReadAll(http.MaxBytesReader(x.ResponseWriter, r.Body, limit))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, tooLarge(limit)
+		}
+		return nil, unreadable(err)
+	}
+	return buf, nil
+}
+
+func tooLarge(limit int64) *engine.Error {
+	return engine.Errorf(engine.KindTooLarge, "request body exceeds max_request_body_size (%d MiB)", limit/MiB)
+}
+
+func unreadable(err error) *engine.Error {
+	e := engine.Errorf(engine.KindInvalidJSON, "request body could not be read")
+	e.Cause = err
+	return e
+}
+
+// parseRequest indexes the body once (it must be a JSON object), reads
+// model and stream without validating them, and for the generate route
+// validates token_ids and features at entry (PROTOCOL 1.5, 4.4).
+func parseRequest(id string, route engine.Route, h http.Header, body []byte) (*engine.Request, engine.Tokens, []engine.MediaItem, *engine.Error) {
+	var tokens engine.Tokens
+	obj, err := jsonb.Parse(body)
+	if err != nil {
+		return nil, tokens, nil, engine.Errorf(engine.KindInvalidJSON, "request body must be a JSON object: %v", err)
+	}
+	req := &engine.Request{ID: id, Route: route, Header: h, Body: body}
+	if raw, ok := obj.Get("model"); ok {
+		req.Model = jsonString(raw)
+	}
+	if raw, ok := obj.Get("stream"); ok {
+		req.Stream = string(raw) == "true" // the literal only: "true" (a string) is not streaming
+	}
+	var media []engine.MediaItem
+	if route == engine.RouteGenerate {
+		var e *engine.Error
+		if tokens, media, e = mm.ParseGenerate(body, obj); e != nil {
+			return nil, tokens, nil, e
+		}
+	}
+	return req, tokens, media, nil
+}
+
+// jsonString returns a raw JSON string's value, or "" for any other value.
+func jsonString(raw []byte) string {
+	if len(raw) < 2 || raw[0] != '"' {
+		return ""
+	}
+	inner := raw[1 : len(raw)-1]
+	for _, c := range inner {
+		if c == '\\' {
+			var s string
+			if json.Unmarshal(raw, &s) != nil {
+				return ""
+			}
+			return s
+		}
+	}
+	return string(inner)
+}

@@ -1,0 +1,84 @@
+// Package front is celflow's HTTP server: the OpenAI-compatible routes, the
+// probes, request ids, body intake, error replies, per-request logs and the
+// graceful shutdown of PROTOCOL 14. It parses a request once (the body's
+// top-level index, model and stream) and hands a workflow an engine.Run;
+// everything past that is the workflow's business.
+package front
+
+import (
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/celflow/celflow/engine"
+)
+
+// MiB is the unit of max_request_body_size.
+const MiB = 1 << 20
+
+// DefaultMaxBodyBytes is PROTOCOL 1.3's default cap (64 MiB).
+const DefaultMaxBodyBytes = 64 * MiB
+
+// Options configure a Server. Durations are used as given: zero means
+// "none" (no read timeout, no drain delay, no shutdown budget), so callers
+// apply the documented defaults (engine/config does).
+type Options struct {
+	// Listen is the address to listen on when Listener is nil.
+	Listen string
+	// Listener, when set, is used as is (tests pass 127.0.0.1:0).
+	Listener net.Listener
+
+	// Runners maps each client route to the workflow that serves it. A route
+	// with no runner answers 404 not_found.
+	Runners map[engine.Route]engine.Runner
+
+	// Metrics serves GET /metrics; nil serves an empty 200 text reply.
+	Metrics http.Handler
+	// Observe, when set, is called once per finished request other than
+	// probes and /metrics (metrics). It must not retain the Observation.
+	Observe func(*Observation)
+	// InFlight, when set, is called as an inference request starts; the
+	// function it returns is called when it ends (an in-flight gauge).
+	InFlight func() (done func())
+
+	// Log receives every log line; nil uses logrus.StandardLogger().
+	Log *logrus.Logger
+
+	// MaxBodyBytes caps a request body (413 above it); 0 means 64 MiB.
+	MaxBodyBytes int64
+
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	// WriteTimeout bounds celflow's own JSON replies from the moment they
+	// are written. It is NOT a server write timeout: relaying nodes apply it
+	// to non-streaming replies themselves, and streams are exempt (PROTOCOL 14).
+	WriteTimeout time.Duration
+
+	// DrainDelay: after shutdown starts, how long /readyz is 503 while new
+	// requests are still served. ShutdownTimeout: the budget for in-flight
+	// requests after the listener closes.
+	DrainDelay      time.Duration
+	ShutdownTimeout time.Duration
+}
+
+// Observation is what the front knows about one finished request.
+type Observation struct {
+	// Route is the client route, 0 for a request no route matched (404,
+	// 405 on other paths): count those under a fixed label, never the path.
+	Route    engine.Route
+	Status   int // the status sent; 499 when the client left before any reply
+	Duration time.Duration
+	// Report and Run are the workflow's, nil when the request was refused
+	// before a run (413, 400, 503 draining).
+	Report *engine.Report
+	Run    *engine.Run
+	// FirstByte is the time from arrival to the first body byte written
+	// (0 when none was); Stream: the client asked for a stream or the reply
+	// is text/event-stream.
+	FirstByte time.Duration
+	Stream    bool
+	// Partial: the reply had started and was ended abnormally.
+	Partial bool
+}

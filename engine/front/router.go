@@ -1,0 +1,108 @@
+package front
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/celflow/celflow/engine"
+)
+
+// Probe and metrics paths (PROTOCOL 1.1).
+const (
+	PathHealthz = "/healthz"
+	PathReadyz  = "/readyz"
+	PathMetrics = "/metrics"
+)
+
+// routes builds the router. Anything it does not know is a JSON 404, a
+// known path with the wrong method a JSON 405 (probes and /metrics
+// included); a trailing slash is another path, so 404. Paths are matched
+// as sent (SkipClean): "//v1/completions" is a 404, not a redirect.
+func (s *Server) routes() *mux.Router {
+	r := mux.NewRouter()
+	r.SkipClean(true)
+	for _, rt := range engine.Routes {
+		r.Handle(rt.Path(), s.inference(rt, s.opts.Runners[rt])).Methods(http.MethodPost)
+	}
+	r.HandleFunc(PathHealthz, s.healthz).Methods(http.MethodGet)
+	r.HandleFunc(PathReadyz, s.readyz).Methods(http.MethodGet)
+	r.Handle(PathMetrics, s.metrics()).Methods(http.MethodGet)
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, engine.Errorf(engine.KindNotFound, "no route for %s %s", r.Method, cutPath(r.URL.EscapedPath())))
+	})
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, engine.Errorf(engine.KindMethodNotAllowed, "method %s is not allowed on %s", r.Method, r.URL.Path))
+	})
+	return r
+}
+
+// cutPath keeps an unknown path short in error messages and logs.
+func cutPath(p string) string { return engine.CutUTF8(p, 256) }
+
+var okBody = []byte(`{"status":"ok"}`)
+
+// healthz is 200 while the process lives, draining included.
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	probe(w)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(okBody)
+}
+
+// readyz is 200 once serving and 503 from the start of the shutdown.
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	probe(w)
+	if !s.ready.Load() {
+		s.fail(w, engine.Errorf(engine.KindShuttingDown, "not ready"))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(okBody)
+}
+
+func (s *Server) metrics() http.Handler {
+	if s.opts.Metrics != nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			probe(w)
+			s.opts.Metrics.ServeHTTP(w, r)
+		})
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		probe(w)
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		w.WriteHeader(http.StatusOK)
+	})
+}
+
+// probe marks the exchange as a probe (its summary line is debug level).
+func probe(w http.ResponseWriter) {
+	if x, ok := w.(*exchange); ok {
+		x.probe = true
+	}
+}
+
+// fail writes celflow's own JSON error reply (PROTOCOL 12) unless the
+// reply has started, bounding the write by WriteTimeout. A KindCancelled
+// error writes nothing: the client is gone.
+func (s *Server) fail(w http.ResponseWriter, e *engine.Error) {
+	x, _ := w.(*exchange)
+	if x != nil {
+		x.err = e
+		if x.wroteHeader {
+			x.abort = true
+			return
+		}
+	}
+	if e.Kind == engine.KindCancelled {
+		return
+	}
+	if s.opts.WriteTimeout > 0 {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
+	}
+	id := w.Header().Get("X-Request-Id")
+	if x != nil {
+		id = x.id
+	}
+	engine.WriteError(w, e, id)
+}
