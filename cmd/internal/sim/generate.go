@@ -1,0 +1,150 @@
+package sim
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// genPlan is what the fake model will answer for one request.
+type genPlan struct {
+	seed      uint64
+	choices   int
+	count     int // tokens per choice
+	finish    string
+	ttft, itl time.Duration
+	id        string // chatcmpl-…, cmpl-… or the generate request_id
+	model     string
+	created   int64
+}
+
+func (g genPlan) token(c, i int) int { return WordID(outputWord(g.seed, c, i)) }
+
+func (g genPlan) text(c, i int) string {
+	if i == 0 {
+		return outputWord(g.seed, c, i)
+	}
+	return " " + outputWord(g.seed, c, i)
+}
+
+// plan sizes the answer: OutputTokens long, at least min_tokens, cut to
+// max_tokens (finish_reason "length" when the cut shortened it).
+func (w *Worker) plan(c *call) genPlan {
+	req := c.req
+	g := genPlan{
+		seed: seedOf(req.Prompt.Tokens), choices: req.N, count: w.cfg.OutputTokens, finish: "stop",
+		ttft: w.cfg.TTFT, itl: w.cfg.ITL, model: req.Model, created: time.Now().Unix(),
+	}
+	if g.model == "" {
+		g.model = w.cfg.Model
+	}
+	g.count = max(g.count, int(req.MinTokens))
+	if req.MaxTokens.Set && req.MaxTokens.V < int64(g.count) {
+		g.count, g.finish = int(req.MaxTokens.V), "length"
+	}
+	if c.fault.TTFT != nil {
+		g.ttft = *c.fault.TTFT
+	}
+	if c.fault.ITL != nil {
+		g.itl = *c.fault.ITL
+	}
+	// vLLM derives reply ids from X-Request-Id when the client sends one.
+	base := c.r.Header.Get("X-Request-Id")
+	if base == "" {
+		base = randHex(16)
+	}
+	switch req.Format {
+	case fmtChat:
+		g.id = "chatcmpl-" + base
+	case fmtCompletions:
+		g.id = "cmpl-" + base
+	default:
+		g.id = req.RequestID
+		if g.id == "" {
+			g.id = base
+		}
+	}
+	return g
+}
+
+func (g genPlan) usage(prompt int) usage {
+	n := g.choices * g.count
+	return usage{PromptTokens: prompt, CompletionTokens: n, TotalTokens: prompt + n}
+}
+
+// generate writes the answer, as JSON or SSE, with the configured latency.
+// It stops as soon as the caller goes away.
+func (w *Worker) generate(c *call, out transferOut) {
+	g := w.plan(c)
+	if c.req.Stream {
+		w.stream(c, g)
+		return
+	}
+	ctx := c.r.Context()
+	if !sleep(ctx, g.ttft+time.Duration(g.count-1)*g.itl) || !sleep(ctx, c.fault.SlowHeaders) {
+		return
+	}
+	b, err := json.Marshal(w.response(c, g, out))
+	if err != nil {
+		c.fail(http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeReply(c, b)
+}
+
+// writeReply writes a 200 JSON reply, or half of it and a reset when the
+// request's fault says reset-mid-stream.
+func writeReply(c *call, b []byte) {
+	h := c.rw.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	c.rw.WriteHeader(http.StatusOK)
+	if c.fault.ResetMidStream {
+		c.rw.Write(b[:len(b)/2])
+		resetConn(c.rw, true)
+		return
+	}
+	c.complete = true
+	c.finalize(http.StatusOK)
+	if _, err := c.rw.Write(b); err != nil {
+		c.complete = false
+	}
+}
+
+// response builds the non-streaming reply of the request's format.
+func (w *Worker) response(c *call, g genPlan, out transferOut) any {
+	u := g.usage(len(c.req.Prompt.Tokens))
+	switch c.req.Format {
+	case fmtChat:
+		r := chatResponse{ID: g.id, Object: "chat.completion", Created: g.created, Model: g.model, Usage: u, transferOut: out}
+		for ci := range g.choices {
+			var text string
+			for i := range g.count {
+				text += g.text(ci, i)
+			}
+			r.Choices = append(r.Choices, chatChoice{Index: ci, FinishReason: g.finish,
+				Message: chatMessageOut{Role: "assistant", Content: text, ToolCalls: []any{}}})
+		}
+		return r
+	case fmtCompletions:
+		r := completionResponse{ID: g.id, Object: "text_completion", Created: g.created, Model: g.model, Usage: u, transferOut: out}
+		for ci := range g.choices {
+			var text string
+			for i := range g.count {
+				text += g.text(ci, i)
+			}
+			r.Choices = append(r.Choices, completionChoice{Index: ci, Text: text, FinishReason: g.finish})
+		}
+		return r
+	}
+	r := generateResponse{RequestID: g.id, Model: g.model, Created: g.created, Usage: u, transferOut: out}
+	for ci := range g.choices {
+		ids := make([]int, g.count)
+		for i := range ids {
+			ids[i] = g.token(ci, i)
+		}
+		r.Choices = append(r.Choices, generateChoice{Index: ci, FinishReason: g.finish, TokenIDs: ids})
+	}
+	return r
+}
