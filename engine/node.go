@@ -42,6 +42,11 @@ type Contract struct {
 	Provides []Key
 	// Responds: the node may answer the client; once it has, the run ends.
 	Responds bool
+	// Terminal: the node answers the client whenever it succeeds (decode), so
+	// no node may follow it; a responder that answers only sometimes
+	// (conditional-decode) is not terminal and its successors need an edge
+	// condition. Only meaningful with Responds.
+	Terminal bool
 	// Role is the upstream role the node calls ("encode", "prefill", "decode",
 	// "render", or "" for none); used for spans, metrics and pool checks.
 	Role string
@@ -80,14 +85,21 @@ type Result struct {
 	Attrs map[string]any
 }
 
-// Exec is a node's view of the run for one execution.
+// Exec is a node's view of the run for one execution. It is valid until Run
+// returns: the engine reuses it for other requests, so a node must not keep
+// it (a node whose contract SurvivesEnd may, until it returns).
 type Exec struct {
 	Run     *Run
 	NodeID  string
 	Attempt int // 1-based
 	Index   int // fan-out item index, -1 when not a fan-out
-	Item    any // fan-out item value (the CEL list element), nil when not a fan-out
-	Span    trace.Span
+	// Item is the fan-out element, nil when not a fan-out: for a list of
+	// media (`foreach: media` or a filter of it) the run's engine.MediaItem
+	// (a copy), else the CEL value as Go (string, int64, map[string]any...).
+	Item any
+	Span trace.Span
+
+	ctx context.Context // the node's context across attempts (scheduler only)
 }
 
 // Request is the parsed client request, immutable once the run starts.

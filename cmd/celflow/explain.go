@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/celflow/celflow/engine"
+)
+
+// cmdExplain: `celflow explain FILE --request REQ.json [--route chat]
+// [--assume NODE=STATUS ...] [--tokens N]` runs the real compiled workflow
+// and scheduler with node execution stubbed by the assumptions, and prints
+// every node's run/skip/omit decision and why.
+func cmdExplain(args []string) int { return runExplain(args, os.Stdout, os.Stderr) }
+
+func runExplain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("celflow explain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	reqFile := fs.String("request", "", "file holding the client request body (JSON)")
+	route := fs.String("route", "chat", "chat, completions or generate")
+	tokens := fs.Int("tokens", 16, "prompt tokens a stubbed render reports")
+	var assumes listFlag
+	fs.Var(&assumes, "assume", "NODE=STATUS: an HTTP status (412, 200, 503) or succeeded, answered, failed, timed_out, panic (repeatable)")
+	var headers listFlag
+	fs.Var(&headers, "header", "Name: value, a client header (repeatable)")
+	files, err := parseInterspersed(fs, args)
+	if err != nil {
+		return 2
+	}
+	if len(files) != 1 || *reqFile == "" {
+		fmt.Fprintln(stderr, "usage: celflow explain FILE --request REQ.json [--route chat] [--assume NODE=STATUS ...]")
+		return 2
+	}
+	rt, ok := engine.ParseRoute(*route)
+	if !ok {
+		fmt.Fprintf(stderr, "celflow explain: unknown --route %q (chat, completions, generate)\n", *route)
+		return 2
+	}
+	body, err := os.ReadFile(*reqFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "celflow explain: %v\n", err)
+		return 2
+	}
+	assume := map[string]engine.Assumption{}
+	for _, a := range assumes {
+		id, val, ok := strings.Cut(a, "=")
+		if !ok {
+			fmt.Fprintf(stderr, "celflow explain: --assume %q: want NODE=STATUS\n", a)
+			return 2
+		}
+		as, err := engine.ParseAssumption(val)
+		if err != nil {
+			fmt.Fprintf(stderr, "celflow explain: --assume %s: %v\n", id, err)
+			return 2
+		}
+		assume[id] = as
+	}
+	p := engine.Probe{Route: rt, Body: body, Tokens: *tokens, Headers: map[string][]string{}}
+	for _, h := range headers {
+		k, v, _ := strings.Cut(h, ":")
+		p.Headers[strings.TrimSpace(k)] = append(p.Headers[strings.TrimSpace(k)], strings.TrimSpace(v))
+	}
+	w, ds := engine.LoadFile(files[0], engine.LoadOptions{})
+	if w == nil {
+		fmt.Fprint(stderr, ds.String())
+		return 1
+	}
+	if !w.Serves(rt) {
+		fmt.Fprintf(stderr, "celflow explain: %s does not serve the %s route\n", files[0], rt)
+		return 1
+	}
+	rep, err := w.Explain(context.Background(), p, assume)
+	if err != nil {
+		fmt.Fprintf(stderr, "celflow explain: %v\n", err)
+		return 2
+	}
+	fmt.Fprintf(stdout, "%s %s, %s route\n", w.Name(), w.Version(), rt)
+	fmt.Fprint(stdout, engine.FormatReport(rep))
+	return 0
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/schema"
+)
+
+// cmdSchema: `celflow schema [workflow | defs | node TYPE | types]` prints
+// a JSON Schema for editors (workflow is the default).
+func cmdSchema(args []string) int { return runSchema(args, os.Stdout, os.Stderr) }
+
+func runSchema(args []string, stdout, stderr io.Writer) int {
+	what := "workflow"
+	if len(args) > 0 {
+		what = args[0]
+	}
+	var id string
+	switch {
+	case what == "workflow" && len(args) <= 1:
+		id = schema.WorkflowID
+	case what == "defs" && len(args) == 1:
+		id = schema.DefsID
+	case what == "types" && len(args) == 1:
+		for _, n := range engine.TypeNames() {
+			t, _ := engine.LookupType(n)
+			fmt.Fprintf(stdout, "%-20s %s\n", n, t.Doc)
+		}
+		return 0
+	case what == "node" && len(args) == 2:
+		t, ok := engine.LookupType(args[1])
+		if !ok {
+			fmt.Fprintf(stderr, "celflow schema: unknown node type %q (known: %s)\n", args[1], strings.Join(engine.TypeNames(), ", "))
+			return 1
+		}
+		if len(t.Schema) == 0 {
+			fmt.Fprintln(stdout, `{"type":"object","additionalProperties":false}`)
+			return 0
+		}
+		fmt.Fprintln(stdout, strings.TrimSpace(string(t.Schema)))
+		return 0
+	default:
+		fmt.Fprintln(stderr, "usage: celflow schema [workflow | defs | types | node TYPE]")
+		return 2
+	}
+	b, _ := schema.Source(id)
+	fmt.Fprintln(stdout, strings.TrimSpace(string(b)))
+	return 0
+}

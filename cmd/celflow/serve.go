@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/sirupsen/logrus"
+
+	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/config"
+	"github.com/celflow/celflow/engine/front"
+	"github.com/celflow/celflow/engine/metrics"
+	"github.com/celflow/celflow/engine/telemetry"
+	"github.com/celflow/celflow/schema"
+)
+
+// cmdServe: `celflow serve --config FILE [-v N] [--log-format json|text]`.
+// Exit 0 after a complete drain, 1 when the config or workflow does not
+// load (printing the same diagnostics as validate), when the server cannot
+// start, or when the shutdown budget cut a request; 2 on usage errors.
+func cmdServe(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	return runServe(ctx, args, os.Stderr, os.Getenv)
+}
+
+// runServe is cmdServe with its context (cancelled = shutdown), output and
+// environment injected, for tests.
+func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) int {
+	fs := flag.NewFlagSet("celflow serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "the serve config file (YAML; see docs/configuration.md)")
+	verbosity := fs.Int("v", 0, "log verbosity: 1 is debug, 2 is trace (overrides telemetry.log_level)")
+	logFormat := fs.String("log-format", "", "json or text (overrides telemetry.log_format)")
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
+		return 2
+	}
+	if *cfgPath == "" || len(rest) > 0 {
+		fmt.Fprintln(stderr, "usage: celflow serve --config FILE [-v N] [--log-format json|text]")
+		return 2
+	}
+
+	cfg, ds := config.LoadFile(*cfgPath, getenv)
+	if cfg == nil {
+		return refuse(stderr, ds)
+	}
+	warn := ds
+	level, err := logLevel(cfg.Telemetry.LogLevel, *verbosity)
+	if err != nil {
+		fmt.Fprintf(stderr, "celflow serve: %v\n", err)
+		return 2
+	}
+	format := cfg.Telemetry.LogFormat
+	if *logFormat != "" {
+		format = *logFormat
+	}
+	// Nodes log through logrus's standard logger: configure that one.
+	log := logrus.StandardLogger()
+	if err := front.ConfigureLogger(log, stderr, format, level); err != nil {
+		fmt.Fprintf(stderr, "celflow serve: %v\n", err)
+		return 2
+	}
+
+	up, ds := cfg.NewUpstream()
+	if up == nil {
+		return refuse(stderr, ds)
+	}
+	m := metrics.New()
+	up.OnLeg = m.UpstreamHook()
+	opts := engine.LoadOptions{Upstream: up, WriteTimeout: cfg.Server.WriteTimeout}
+	var wf *engine.Workflow
+	if cfg.Workflow.Inline != nil {
+		wf, ds = engine.LoadDoc(cfg.Workflow.Inline, opts)
+	} else {
+		wf, ds = engine.LoadFile(cfg.Workflow.Path, opts)
+	}
+	if wf == nil {
+		return refuse(stderr, ds)
+	}
+	warn = append(warn, ds...)
+	fmt.Fprint(stderr, warn.String()) // warnings, printed as validate prints them
+
+	shutdownTracing, err := telemetry.Setup(ctx, cfg.Telemetry.Tracing)
+	if err != nil {
+		log.WithError(err).Error("tracing")
+		return 1
+	}
+	defer func() {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(c); err != nil {
+			log.WithError(err).Warn("tracing: flush at exit")
+		}
+	}()
+
+	runners := map[engine.Route]engine.Runner{}
+	for _, rt := range engine.Routes {
+		if wf.Serves(rt) {
+			runners[rt] = wf
+		}
+	}
+	// Request ids are minted per request: draw their randomness in batches.
+	// Safe here, before anything serves (the pool is not switched concurrently).
+	uuid.EnableRandPool()
+	s := cfg.Server
+	srv := front.New(front.Options{
+		Listen:            s.Listen,
+		Runners:           runners,
+		Metrics:           m.Handler(),
+		Observe:           observer(m),
+		InFlight:          m.InFlight,
+		Log:               log,
+		MaxBodyBytes:      s.MaxBodyBytes(),
+		ReadHeaderTimeout: s.ReadHeaderTimeout,
+		ReadTimeout:       s.ReadTimeout,
+		WriteTimeout:      s.WriteTimeout,
+		DrainDelay:        s.DrainDelay,
+		ShutdownTimeout:   s.ShutdownTimeout,
+	})
+	log.WithFields(logrus.Fields{"workflow": wf.Name(), "version": wf.Version(), "hash": wf.Hash()}).Info("workflow loaded")
+	return srv.Run(ctx)
+}
+
+// refuse prints load diagnostics exactly as `celflow validate` does, and
+// fails (ACCEPTANCE 31).
+func refuse(stderr io.Writer, ds schema.Diagnostics) int {
+	fmt.Fprint(stderr, ds.Sort().String())
+	return 1
+}
+
+// logLevel is telemetry.log_level unless -v raises it.
+func logLevel(cfg string, v int) (logrus.Level, error) {
+	switch {
+	case v >= 2:
+		return logrus.TraceLevel, nil
+	case v == 1:
+		return logrus.DebugLevel, nil
+	case v < 0:
+		return 0, fmt.Errorf("-v %d: want 0, 1 or 2", v)
+	}
+	return logrus.ParseLevel(cfg)
+}
+
+// observer feeds the front's per-request observations to the metrics.
+// Requests no route matched count under the fixed route "unmatched".
+func observer(m *metrics.Metrics) func(*front.Observation) {
+	return func(o *front.Observation) {
+		route := "unmatched"
+		if o.Route != 0 {
+			route = o.Route.Path()
+		}
+		if o.Report != nil {
+			m.ObserveReport(route, o.Status, o.Report, o.Run)
+		} else {
+			m.ObserveRequest(route, "", o.Status, o.Duration)
+		}
+		if o.Stream && o.FirstByte > 0 {
+			m.ObserveTTFT(route, o.FirstByte)
+		}
+	}
+}

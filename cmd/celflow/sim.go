@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/celflow/celflow/cmd/internal/sim"
+)
+
+// cmdSim runs `celflow sim [flags]` (a simulated vLLM worker) or
+// `celflow sim gateway [flags]` (an Inference Gateway + EPP stand-in).
+// docs/simulator.md documents both. Exit codes: 0 after SIGINT/SIGTERM,
+// 1 on a runtime error, 2 on bad flags.
+func cmdSim(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return runSim(ctx, args, os.Stdout, os.Stderr)
+}
+
+// runSim serves until ctx ends (cmdSim's ctx ends on SIGINT or SIGTERM).
+func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "gateway" {
+		return runSimGateway(ctx, args[1:], stdout, stderr)
+	}
+	fs := flag.NewFlagSet("celflow sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:8000", "address to listen on (port 0 picks a free port)")
+	roles := fs.String("roles", "render,encode,prefill,decode", "comma-separated roles this process serves")
+	var cfg sim.Config
+	fs.StringVar(&cfg.Name, "name", "sim", "worker name, shown in records and engine ids")
+	fs.StringVar(&cfg.Model, "model", "sim-model", "model name answered when a request names none")
+	fs.DurationVar(&cfg.TTFT, "ttft", 0, "time to first token")
+	fs.DurationVar(&cfg.ITL, "itl", 0, "inter-token latency")
+	fs.IntVar(&cfg.OutputTokens, "output-tokens", 16, "natural answer length in tokens (min_tokens/max_tokens still apply)")
+	fs.StringVar(&cfg.SharedDir, "shared-dir", "", "kv-shared-storage directory (default $TMPDIR/celflow-sim-kv)")
+	fs.IntVar(&cfg.PrefixCacheSize, "prefix-cache-size", 4096, "prefix hashes the decode prefix cache keeps")
+	fs.IntVar(&cfg.RecordLimit, "records", 1024, "request records kept")
+	fs.IntVar(&cfg.RecordBodyLimit, "record-body-limit", 1<<20, "bytes of each body kept in a record")
+	fs.DurationVar(&cfg.BootstrapWait, "bootstrap-wait", 10*time.Second, "how long an SGLang prefill waits for decode to join its room (0 answers at once)")
+	fs.DurationVar(&cfg.KVLease, "kv-lease", 30*time.Second, "how long produced KV stays pullable")
+	fs.StringVar(&cfg.Advertise, "advertise", "", "host:port peers reach this worker on (default: the address each request arrived at)")
+	keepAlive := fs.Duration("keep-alive", sim.DefaultKeepAlive, "idle keep-alive of client connections (uvicorn's is 5s)")
+	var faults faultFlag
+	fs.Var(&faults, "fault", "inject a fault: [role:]action[,action...] (repeatable; see docs/simulator.md)")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage(err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "celflow sim: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	var err error
+	if cfg.Roles, err = sim.ParseRoles(*roles); err != nil {
+		fmt.Fprintf(stderr, "celflow sim: --roles: %v\n", err)
+		return 2
+	}
+	cfg.Faults = faults
+	w, err := sim.NewWorker(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "celflow sim: %v\n", err)
+		return 2
+	}
+	return serveSim(ctx, "celflow sim", *listen, w, *keepAlive, stdout, stderr)
+}
+
+func runSimGateway(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("celflow sim gateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:8081", "address to listen on (port 0 picks a free port)")
+	var cfg sim.GatewayConfig
+	encode := fs.String("encode", "", "comma-separated base URLs of the encode pool")
+	prefill := fs.String("prefill", "", "comma-separated base URLs of the prefill pool")
+	decode := fs.String("decode", "", "comma-separated base URLs of the decode pool")
+	fs.StringVar(&cfg.Default, "default", "", "base URL for requests without EPP-Profile (default: answer 400)")
+	fs.StringVar(&cfg.Name, "name", "gateway", "name shown in records")
+	fs.IntVar(&cfg.PrefixCacheSize, "prefix-cache-size", 4096, "prefix hashes kept per decode endpoint")
+	fs.IntVar(&cfg.RecordLimit, "records", 1024, "request records kept")
+	fs.IntVar(&cfg.RecordBodyLimit, "record-body-limit", 1<<20, "bytes of each body kept in a record")
+	keepAlive := fs.Duration("keep-alive", 60*time.Second, "idle keep-alive of client connections")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage(err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "celflow sim gateway: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	cfg.Encode, cfg.Prefill, cfg.Decode = splitList(*encode), splitList(*prefill), splitList(*decode)
+	g, err := sim.NewGateway(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "celflow sim gateway: %v\n", err)
+		return 2
+	}
+	return serveSim(ctx, "celflow sim gateway", *listen, g, *keepAlive, stdout, stderr)
+}
+
+func serveSim(ctx context.Context, name, listen string, h http.Handler, keepAlive time.Duration, stdout, stderr io.Writer) int {
+	if err := sim.Serve(ctx, listen, h, stdout, keepAlive); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	return 0
+}
+
+func exitUsage(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// faultFlag collects repeated --fault flags.
+type faultFlag []sim.Fault
+
+func (f *faultFlag) String() string {
+	var s []string
+	for _, x := range *f {
+		s = append(s, string(x.Role)+":"+x.String())
+	}
+	return strings.Join(s, "; ")
+}
+
+func (f *faultFlag) Set(v string) error {
+	fs, err := sim.ParseFaults(v)
+	if err != nil {
+		return err
+	}
+	*f = append(*f, fs...)
+	return nil
+}
+
+var _ flag.Value = (*faultFlag)(nil)

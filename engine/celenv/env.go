@@ -1,0 +1,310 @@
+// Package celenv is celflow's CEL environment: one cached base environment
+// with typed variables (request, media, tokens), a per-workflow extension
+// (nodes, config, and for edges outcome/response), compilation with result
+// type checks and readable errors, and the per-run Activation.
+//
+// Every expression is compiled once, at load; CompileCount lets tests prove
+// that nothing compiles per request.
+package celenv
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/ext"
+)
+
+var compiles atomic.Int64
+
+// CompileCount is the number of CEL expressions compiled since start.
+func CompileCount() int64 { return compiles.Load() }
+
+// Variables declared in every expression, and the extra ones of edge
+// conditions and retry predicates (for did-you-mean hints and docs).
+var (
+	BaseVars = []string{"request", "media", "tokens", "nodes", "config"}
+	EdgeVars = []string{"outcome", "response"}
+)
+
+var (
+	baseOnce sync.Once
+	baseEnv  *cel.Env
+	baseErr  error
+)
+
+// base is the cached environment every workflow extends.
+func base() (*cel.Env, error) {
+	baseOnce.Do(func() {
+		p, err := newProvider(nil)
+		if err != nil {
+			baseErr = err
+			return
+		}
+		baseEnv, baseErr = cel.NewEnv(
+			cel.CustomTypeProvider(p),
+			cel.CustomTypeAdapter(p),
+			ext.Strings(),
+			cel.Variable("request", types.NewObjectType(RequestType)),
+			cel.Variable("media", types.NewListType(types.NewObjectType(MediaType))),
+			cel.Variable("tokens", types.NewObjectType(TokensType)),
+		)
+	})
+	return baseEnv, baseErr
+}
+
+// Env is one workflow's environment: the base plus `nodes` (whose fields
+// are the workflow's node ids) and `config` (its vars). It is immutable and
+// safe for concurrent use once built.
+type Env struct {
+	guard, edge *cel.Env
+	prov        *provider
+	config      *Config
+	fieldNames  []string // every field name of every type, for hints
+	nodeIndex   map[string]int
+}
+
+// NewEnv builds a workflow environment. vars holds the workflow's vars as
+// decoded JSON (json.Number for numbers); names must be CEL identifiers.
+func NewEnv(nodeIDs []string, vars map[string]any) (*Env, error) {
+	b, err := base()
+	if err != nil {
+		return nil, err
+	}
+	nodes := make([]field, len(nodeIDs))
+	idx := make(map[string]int, len(nodeIDs))
+	for i, id := range nodeIDs {
+		i := i
+		idx[id] = i
+		nodes[i] = field{id, types.NewObjectType(NodeStateType), func(v any) any { return &v.(*Nodes).States[i] }}
+	}
+	names := make([]string, 0, len(vars))
+	for k := range vars {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	cfg := &Config{Values: make([]any, len(names))}
+	cfgFields := make([]field, len(names))
+	for i, k := range names {
+		i := i
+		v, t := nativeVar(vars[k])
+		cfg.Values[i] = v
+		cfgFields[i] = field{k, t, func(c any) any { return c.(*Config).Values[i] }}
+	}
+	p, err := newProvider(map[string]*structDecl{
+		NodesType:  newDecl(NodesType, nodes),
+		ConfigType: newDecl(ConfigType, cfgFields),
+	})
+	if err != nil {
+		return nil, err
+	}
+	g, err := b.Extend(
+		cel.CustomTypeProvider(p),
+		cel.CustomTypeAdapter(p),
+		cel.Variable("nodes", types.NewObjectType(NodesType)),
+		cel.Variable("config", types.NewObjectType(ConfigType)),
+	)
+	if err != nil {
+		return nil, err
+	}
+	e, err := g.Extend(
+		cel.Variable("outcome", types.NewObjectType(NodeStateType)),
+		cel.Variable("response", types.NewObjectType(ResponseType)),
+	)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var fields []string
+	for _, d := range p.decls {
+		for _, n := range d.names {
+			if !seen[n] {
+				seen[n] = true
+				fields = append(fields, n)
+			}
+		}
+	}
+	sort.Strings(fields)
+	return &Env{guard: g, edge: e, prov: p, config: cfg, fieldNames: fields, nodeIndex: idx}, nil
+}
+
+// nativeVar converts a JSON var to the Go value CEL reads and its CEL type:
+// integral numbers are int, other numbers double.
+func nativeVar(v any) (any, *types.Type) {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i, types.IntType
+		}
+		f, _ := x.Float64()
+		return f, types.DoubleType
+	case string:
+		return x, types.StringType
+	case bool:
+		return x, types.BoolType
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i], _ = nativeVar(e)
+		}
+		return out, types.NewListType(types.DynType)
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k], _ = nativeVar(e)
+		}
+		return out, types.NewMapType(types.StringType, types.DynType)
+	}
+	return nil, types.DynType
+}
+
+// Kind is what an expression is for; it decides the variables in scope and
+// the result type required.
+type Kind uint8
+
+const (
+	Guard   Kind = iota // when: bool, no outcome
+	Edge                // needs[].if: bool, with outcome/response of the predecessor
+	Retry               // retry.if: bool, with outcome/response of the node's last attempt
+	ForEach             // foreach: a list
+)
+
+func (k Kind) String() string {
+	return [...]string{"guard", "edge condition", "retry predicate", "foreach list"}[k]
+}
+
+// Issue is one compile problem, located inside the expression: Line is
+// 1-based, Col 0-based in runes (as CEL reports them).
+type Issue struct {
+	Line, Col int
+	Msg       string
+}
+
+// Compile parses, type-checks and plans src. It never returns a nil Expr
+// without issues.
+func (e *Env) Compile(src string, kind Kind) (*Expr, []Issue) {
+	env := e.guard
+	if kind == Edge || kind == Retry {
+		env = e.edge
+	}
+	compiles.Add(1)
+	ast, iss := env.Compile(src)
+	if iss != nil && iss.Err() != nil {
+		var out []Issue
+		for _, er := range iss.Errors() {
+			out = append(out, Issue{Line: er.Location.Line(), Col: er.Location.Column(), Msg: e.improve(er.Message, kind)})
+		}
+		return nil, out
+	}
+	t := ast.OutputType()
+	switch kind {
+	case ForEach:
+		if t.Kind() != types.ListKind && t.Kind() != types.DynKind {
+			return nil, []Issue{{Line: 1, Col: 0, Msg: fmt.Sprintf("a foreach list must be a list, got %s", typeName(t))}}
+		}
+	default:
+		if t.Kind() != types.BoolKind && t.Kind() != types.DynKind {
+			return nil, []Issue{{Line: 1, Col: 0, Msg: fmt.Sprintf("a %s must be a bool expression, got %s", kind, typeName(t))}}
+		}
+	}
+	prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
+	if err != nil {
+		return nil, []Issue{{Line: 1, Col: 0, Msg: err.Error()}}
+	}
+	x := &Expr{Src: src, Kind: kind, prog: prg}
+	x.analyze(ast, e.nodeIndex)
+	return x, nil
+}
+
+func typeName(t *types.Type) string {
+	if t == nil {
+		return "unknown"
+	}
+	return t.String()
+}
+
+// improve rewrites cel-go's messages into celflow's voice, adding
+// did-you-mean hints for undeclared names and unknown fields.
+func (e *Env) improve(msg string, kind Kind) string {
+	if name, ok := between(msg, "undeclared reference to '", "'"); ok {
+		cands := append([]string(nil), BaseVars...)
+		if kind == Edge || kind == Retry {
+			cands = append(cands, EdgeVars...)
+		}
+		out := fmt.Sprintf("undeclared reference to %q", name)
+		if s := closest(name, cands); s != "" {
+			out += fmt.Sprintf(" (did you mean %q?)", s)
+		} else if kind == Guard || kind == ForEach {
+			if closest(name, EdgeVars) != "" {
+				out += " (outcome and response exist only in edge conditions and retry predicates)"
+			}
+		}
+		return out
+	}
+	if name, ok := between(msg, "undefined field '", "'"); ok {
+		out := fmt.Sprintf("undefined field %q", name)
+		if s := closest(name, e.fieldNames); s != "" {
+			out += fmt.Sprintf(" (did you mean %q?)", s)
+		}
+		return out
+	}
+	return msg
+}
+
+func between(s, pre, post string) (string, bool) {
+	i := strings.Index(s, pre)
+	if i < 0 {
+		return "", false
+	}
+	s = s[i+len(pre):]
+	j := strings.Index(s, post)
+	if j < 0 {
+		return "", false
+	}
+	return s[:j], true
+}
+
+// closest returns the candidate within edit distance max(1, len/3) of
+// name, or "" when none is close.
+func closest(name string, cands []string) string {
+	best, bestD := "", 1<<30
+	limit := max(1, len(name)/3)
+	for _, c := range cands {
+		if d := Distance(name, c); d <= limit && d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+// Distance is the Damerau-Levenshtein (optimal string alignment) distance,
+// so a swapped pair of letters ("requets") costs one.
+func Distance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	d := make([][]int, len(ra)+1)
+	for i := range d {
+		d[i] = make([]int, len(rb)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(ra)][len(rb)]
+}

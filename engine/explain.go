@@ -1,0 +1,318 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Assumption is what a stubbed node "does" in explain and in tests: an
+// upstream HTTP status (2xx succeeds, and answers the client when the node
+// responds; 4xx is an upstream rejection; 5xx a bad gateway), or a word:
+// succeeded, answered, failed (502), timed_out, panic.
+type Assumption struct {
+	HTTP int
+	Word string
+}
+
+// ParseAssumption reads "412", "answered", "failed", ...
+func ParseAssumption(s string) (Assumption, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n < 100 || n > 599 {
+			return Assumption{}, fmt.Errorf("HTTP status %d out of range", n)
+		}
+		return Assumption{HTTP: n}, nil
+	}
+	switch s {
+	case "succeeded", "answered", "failed", "timed_out", "panic":
+		return Assumption{Word: s}, nil
+	}
+	return Assumption{}, fmt.Errorf("unknown assumption %q (want an HTTP status or succeeded, answered, failed, timed_out, panic)", s)
+}
+
+func (a Assumption) String() string {
+	if a.HTTP != 0 {
+		return strconv.Itoa(a.HTTP)
+	}
+	return a.Word
+}
+
+// Probe is the request explain and tests run: a route, a client body and
+// headers, and how many prompt tokens a render stub reports.
+type Probe struct {
+	Route   Route
+	Body    []byte
+	Headers http.Header
+	Tokens  int // 0: 16
+}
+
+// Explain runs the real compiled workflow and scheduler for one request,
+// with every node's execution replaced by its assumption (default: answer
+// the client if the node responds, else succeed). It never touches the
+// network. Stubs that provide media fill it from the chat body's media
+// parts; stubs that provide tokens report Probe.Tokens of them.
+func (w *Workflow) Explain(ctx context.Context, p Probe, assume map[string]Assumption) (*Report, error) {
+	for id := range assume {
+		if w.index(id) < 0 {
+			return nil, fmt.Errorf("--assume names unknown node %q", id)
+		}
+	}
+	sw := w.stubbed(p, assume)
+	req := &Request{ID: "explain", Route: p.Route, Header: p.Headers, Body: p.Body}
+	if req.Header == nil {
+		req.Header = http.Header{}
+	}
+	var hdr struct {
+		Model  string `json:"model"`
+		Stream any    `json:"stream"`
+	}
+	_ = json.Unmarshal(p.Body, &hdr)
+	req.Model, req.Stream = hdr.Model, hdr.Stream == true
+	run := NewRun(ctx, req, discard{})
+	if p.Route == RouteGenerate {
+		run.State.Media = scanMedia(p.Route, p.Body)
+		run.State.Tokens = stubTokens(p)
+	}
+	return sw.Serve(run), nil
+}
+
+func (w *Workflow) index(id string) int {
+	for i, n := range w.nodes {
+		if n.id == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// stubbed copies the workflow with stub nodes; compiled expressions are shared.
+func (w *Workflow) stubbed(p Probe, assume map[string]Assumption) *Workflow {
+	c := *w
+	c.pool = &sync.Pool{}
+	c.nodes = make([]*cnode, len(w.nodes))
+	for i, n := range w.nodes {
+		cn := *n
+		a, ok := assume[n.id]
+		if !ok {
+			a = Assumption{Word: "succeeded"}
+			if n.contract.Responds {
+				a.Word = "answered"
+			}
+		}
+		cn.node = &stub{a: a, c: n.contract, p: p}
+		cn.merger = nil
+		c.nodes[i] = &cn
+	}
+	return &c
+}
+
+// stub is a node that does what it is told.
+type stub struct {
+	a Assumption
+	c Contract
+	p Probe
+}
+
+func (s *stub) Contract() Contract { return s.c }
+
+func (s *stub) Run(ctx context.Context, x *Exec) Result {
+	if err := ctx.Err(); err != nil {
+		return Result{Err: err}
+	}
+	switch {
+	case s.a.Word == "panic":
+		panic("assumed panic")
+	case s.a.Word == "failed":
+		return Result{HTTPStatus: 502, Err: Errorf(KindBadGateway, "assumed failure")}
+	case s.a.Word == "timed_out":
+		return Result{Err: Errorf(KindUpstreamTimeout, "assumed timeout")}
+	case s.a.HTTP >= 500:
+		return Result{HTTPStatus: s.a.HTTP, Err: &Error{Kind: KindBadGateway, Item: -1, Status: s.a.HTTP, Msg: "upstream answered HTTP " + strconv.Itoa(s.a.HTTP)}}
+	case s.a.HTTP >= 300:
+		return Result{HTTPStatus: s.a.HTTP, Err: &Error{Kind: KindUpstreamRejected, Item: -1, Status: s.a.HTTP}}
+	}
+	if x.Index < 0 { // effects once per node, not per item
+		s.effects(x.Run)
+	}
+	status := s.a.HTTP
+	if s.c.Responds && (s.a.Word == "answered" || s.a.HTTP != 0) {
+		if status == 0 {
+			status = 200
+		}
+		if w, ok := x.Run.Answer(); ok {
+			w.WriteHeader(status)
+		}
+		return Result{HTTPStatus: status, Responded: true}
+	}
+	return Result{HTTPStatus: status}
+}
+
+func (s *stub) effects(r *Run) {
+	for _, k := range s.c.Provides {
+		switch k {
+		case KeyMedia:
+			r.State.Media = scanMedia(s.p.Route, s.p.Body)
+		case KeyTokens:
+			r.State.Tokens = stubTokens(s.p)
+		case KeyFeatures:
+			for i := range r.State.Media {
+				r.State.Media[i].Hash = "h" + strconv.Itoa(i)
+				r.State.Media[i].HasFeatures = true
+			}
+		case KeyKV:
+			r.State.KV.PrefillRan = true
+		}
+	}
+}
+
+func stubTokens(p Probe) Tokens {
+	n := p.Tokens
+	if n <= 0 {
+		n = 16
+	}
+	return Tokens{Known: true, IDs: make([]int64, n)}
+}
+
+// scanMedia finds media parts the way fetch-media would, for stubs only:
+// chat content parts image_url, video_url, audio_url and input_audio;
+// generate features.mm_hashes per modality.
+func scanMedia(route Route, body []byte) []MediaItem {
+	var out []MediaItem
+	add := func(mod string, remote bool) {
+		part := 0
+		for _, m := range out {
+			if m.Modality == mod {
+				part++
+			}
+		}
+		out = append(out, MediaItem{Index: len(out), Modality: mod, Part: part, Remote: remote})
+	}
+	if route == RouteGenerate {
+		var g struct {
+			Features struct {
+				Hashes map[string][]string `json:"mm_hashes"`
+			} `json:"features"`
+		}
+		_ = json.Unmarshal(body, &g)
+		for _, mod := range []string{"image", "video", "audio"} {
+			for range g.Features.Hashes[mod] {
+				add(mod, false)
+			}
+		}
+		return out
+	}
+	var chat struct {
+		Messages []struct {
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	_ = json.Unmarshal(body, &chat)
+	for _, m := range chat.Messages {
+		var parts []map[string]json.RawMessage
+		if json.Unmarshal(m.Content, &parts) != nil {
+			continue
+		}
+		for _, p := range parts {
+			var t string
+			_ = json.Unmarshal(p["type"], &t)
+			switch t {
+			case "image_url", "video_url", "audio_url":
+				var u struct {
+					URL string `json:"url"`
+				}
+				_ = json.Unmarshal(p[t], &u)
+				add(strings.TrimSuffix(t, "_url"), !strings.HasPrefix(u.URL, "data:"))
+			case "input_audio":
+				add("audio", false)
+			}
+		}
+	}
+	return out
+}
+
+// discard is the client of an explained run.
+type discard struct{ h http.Header }
+
+func (d discard) Header() http.Header {
+	if d.h == nil {
+		return http.Header{}
+	}
+	return d.h
+}
+func (discard) Write(b []byte) (int, error) { return len(b), nil }
+func (discard) WriteHeader(int)             {}
+
+// FormatReport prints one line per node: its decision and why.
+func FormatReport(rep *Report) string {
+	var b strings.Builder
+	width := 4
+	for _, o := range rep.Outcomes {
+		width = max(width, len(o.Node))
+	}
+	for _, o := range rep.Outcomes {
+		fmt.Fprintf(&b, "%-*s  %-9s  %s\n", width, o.Node, decision(o), explainLine(o))
+	}
+	switch {
+	case rep.Answered && rep.Err != nil:
+		fmt.Fprintf(&b, "result: answered, then failed: %s\n", rep.Err.Error())
+	case rep.Answered:
+		fmt.Fprintf(&b, "result: answered by %s\n", answeredBy(rep))
+	case rep.Err != nil:
+		fmt.Fprintf(&b, "result: HTTP %d %s: %s\n", rep.Err.HTTPStatus(), rep.Err.Code(), rep.Err.ClientMessage("explain"))
+	}
+	return b.String()
+}
+
+func decision(o Outcome) string {
+	switch o.Status {
+	case StatusSucceeded, StatusFailed, StatusTimedOut:
+		return "ran"
+	case StatusSkipped:
+		return "skipped"
+	case StatusOmitted:
+		return "omitted"
+	case StatusCancelled:
+		return "cancelled"
+	}
+	return o.Status.String()
+}
+
+func explainLine(o Outcome) string {
+	var parts []string
+	if o.Status == StatusSucceeded || o.Status == StatusFailed || o.Status == StatusTimedOut {
+		s := o.Status.String()
+		if o.Responded {
+			s = "answered the client"
+		}
+		if o.HTTPStatus != 0 {
+			s += ", HTTP " + strconv.Itoa(o.HTTPStatus)
+		}
+		parts = append(parts, s)
+		if len(o.Items) > 0 {
+			parts = append(parts, strconv.Itoa(len(o.Items))+" items")
+		}
+		if o.Attempt > 1 {
+			parts = append(parts, "attempt "+strconv.Itoa(o.Attempt))
+		}
+	}
+	if o.Reason != "" && o.Status != StatusSucceeded {
+		parts = append(parts, o.Reason)
+	}
+	if o.Edge != "" {
+		parts = append(parts, "via "+o.Edge)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func answeredBy(rep *Report) string {
+	for _, o := range rep.Outcomes {
+		if o.Responded {
+			return o.Node
+		}
+	}
+	return ""
+}

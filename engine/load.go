@@ -1,0 +1,181 @@
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/schema"
+)
+
+// LoadOptions carries what node types need to build.
+type LoadOptions struct {
+	// Upstream is the client worker nodes send legs through. nil means
+	// validate-only: node types skip "has a target" checks (validate,
+	// explain, test and graph load this way).
+	Upstream *upstream.Client
+	// WriteTimeout is the server's write_timeout, passed to BuildContext.
+	WriteTimeout time.Duration
+}
+
+// Defaults that apply when the workflow says nothing.
+const (
+	DefaultMaxParallel = 8
+	DefaultBackoff     = 100 * time.Millisecond
+	DefaultMaxBackoff  = 2 * time.Second
+)
+
+// LoadFile reads and compiles a workflow file.
+func LoadFile(path string, opts LoadOptions) (*Workflow, schema.Diagnostics) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, schema.Diagnostics{{File: path, Msg: "cannot read workflow: " + err.Error()}}
+	}
+	return Load(path, data, opts)
+}
+
+// Load compiles a workflow document. It returns every problem at once,
+// sorted; the Workflow is nil when any of them is an error. Warnings come
+// back with a non-nil Workflow. The content hash is the sha256 of data.
+func Load(file string, data []byte, opts LoadOptions) (*Workflow, schema.Diagnostics) {
+	doc, ds := schema.LoadYAML(file, data)
+	if doc == nil {
+		return nil, ds.Sort()
+	}
+	sum := sha256.Sum256(data)
+	w, more := compile(doc, opts, hex.EncodeToString(sum[:]))
+	ds = append(ds, more...).Sort()
+	if ds.HasErrors() {
+		return nil, ds
+	}
+	return w, ds
+}
+
+// LoadDoc compiles a workflow that is part of a larger document (the serve
+// config's inline `workflow:`, see schema.Doc.Sub). The content hash is the
+// sha256 of the document's canonical JSON.
+func LoadDoc(doc *schema.Doc, opts LoadOptions) (*Workflow, schema.Diagnostics) {
+	sum := sha256.Sum256(doc.JSON(""))
+	w, ds := compile(doc, opts, hex.EncodeToString(sum[:]))
+	ds = ds.Sort()
+	if ds.HasErrors() {
+		return nil, ds
+	}
+	return w, ds
+}
+
+// compiler carries one load: the document, what was built so far and the
+// diagnostics collected. Each stage adds what it finds and goes on, so a
+// file with several problems reports them all.
+type compiler struct {
+	doc   *schema.Doc
+	opts  LoadOptions
+	ds    schema.Diagnostics
+	w     *Workflow
+	ids   map[string]int // node id → index, first occurrence
+	vars  map[string]any
+	defs  defaultsDoc
+	specs []nodeSpec // one per node entry, parallel to w.nodes
+	// needSpecIdx[i][k] is the spec index of node i's k-th resolved need.
+	needSpecIdx [][]int
+}
+
+func compile(doc *schema.Doc, opts LoadOptions, hash string) (*Workflow, schema.Diagnostics) {
+	c := &compiler{doc: doc, opts: opts, ids: map[string]int{},
+		w: &Workflow{file: doc.File, hash: hash, doc: doc, pool: &sync.Pool{}}}
+	c.ds = schema.Validate(doc, schema.WorkflowID, "")
+	root, ok := doc.Root.(map[string]any)
+	if !ok {
+		return nil, c.ds
+	}
+	c.header(root)
+	c.nodes(root)
+	c.cel()
+	c.graph()
+	c.tests(root)
+	return c.w, c.ds
+}
+
+// header reads metadata, routes, defaults, request_timeout and vars.
+func (c *compiler) header(root map[string]any) {
+	if md, ok := root["metadata"].(map[string]any); ok {
+		c.w.name, _ = md["name"].(string)
+		c.w.version, _ = md["version"].(string)
+		c.w.description, _ = md["description"].(string)
+	}
+	if rs, ok := root["routes"].([]any); ok {
+		for _, r := range rs {
+			if s, ok := r.(string); ok {
+				if rt, ok := ParseRoute(s); ok {
+					c.w.routes[rt] = true
+				}
+			}
+		}
+	} else {
+		for _, r := range Routes {
+			c.w.routes[r] = true
+		}
+	}
+	c.w.requestTimeout = duration(root["request_timeout"])
+	c.defs = defaultsDoc{maxParallel: DefaultMaxParallel}
+	if d, ok := root["defaults"].(map[string]any); ok {
+		c.defs.kv, _ = d["kv_connector"].(string)
+		c.defs.ec, _ = d["ec_connector"].(string)
+		f, _ := d["format"].(string)
+		c.defs.tokensIn = f == "tokens-in"
+		c.defs.timeout = duration(d["timeout"])
+		if n, ok := integer(d["max_parallel"]); ok {
+			c.defs.maxParallel = n
+		}
+		c.defs.retry, _ = d["retry"].(map[string]any)
+	}
+	c.vars, _ = root["vars"].(map[string]any)
+	for _, k := range c.doc.Keys("/vars") {
+		if !isIdent(k) {
+			c.ds = append(c.ds, c.doc.DiagKey(schema.Ptr("/vars", k), schema.Error,
+				"var name "+quote(k)+" is not a CEL identifier (letters, digits and _, not starting with a digit)"))
+			delete(c.vars, k)
+		}
+	}
+}
+
+// defaultsDoc is the workflow's `defaults:`.
+type defaultsDoc struct {
+	kv, ec      string
+	tokensIn    bool
+	timeout     time.Duration
+	maxParallel int
+	retry       map[string]any
+}
+
+// duration reads a schema-validated duration string; anything else is 0
+// (the schema has already reported it).
+func duration(v any) time.Duration {
+	s, ok := v.(string)
+	if !ok {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0
+	}
+	return d
+}
+
+func integer(v any) (int, bool) {
+	n, ok := v.(json.Number)
+	if !ok {
+		return 0, false
+	}
+	i, err := n.Int64()
+	return int(i), err == nil
+}
+
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}

@@ -1,0 +1,151 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/celflow/celflow/engine/celenv"
+	"github.com/celflow/celflow/engine/graph"
+)
+
+// dataflow proves, for every route the workflow serves, that each node's
+// needs are provided on every path into it. A provider counts on a path only
+// when it surely ran and succeeded there: not behind a guard that may be
+// false on that route, not a fan-out (an empty list skips it), and reached
+// through an unconditional edge (a conditional edge may fire on failure).
+// The entry provides tokens, features and media on generate (the front
+// parses them, PROTOCOL 1.5) and media on completions (which has none).
+// A guard decided by request.format alone is decided per route, so a
+// `when: request.format == "chat"` render surely runs on chat and never on
+// the other routes.
+func (c *compiler) dataflow(g *graph.Graph, order []int, anc []graph.Set) {
+	nodes := c.w.nodes
+	bits := map[Key]uint64{}
+	bit := func(k Key) uint64 {
+		if b, ok := bits[k]; ok {
+			return b
+		}
+		if len(bits) == 64 {
+			return 0
+		}
+		b := uint64(1) << len(bits)
+		bits[k] = b
+		return b
+	}
+	entryGenerate := bit(KeyTokens) | bit(KeyFeatures) | bit(KeyMedia)
+	gen := make([]uint64, len(nodes))
+	for i, n := range nodes {
+		for _, k := range n.contract.Provides {
+			gen[i] |= bit(k)
+		}
+	}
+	type miss struct {
+		node   int
+		key    Key
+		routes []string
+		path   []int
+	}
+	var misses []*miss
+	find := func(i int, k Key) *miss {
+		for _, m := range misses {
+			if m.node == i && m.key == k {
+				return m
+			}
+		}
+		return nil
+	}
+	for _, r := range Routes {
+		if !c.w.routes[r] {
+			continue
+		}
+		format := r.String()
+		never := make([]bool, len(nodes))
+		f := graph.Flow{
+			Gen:       make([]uint64, len(nodes)),
+			Skippable: make([]bool, len(nodes)),
+			Any:       make([]bool, len(nodes)),
+			Carries:   func(i, k int) bool { return nodes[i].needs[k].cond == nil },
+		}
+		switch r {
+		case RouteGenerate:
+			f.Entry = entryGenerate
+		case RouteCompletions:
+			f.Entry = bit(KeyMedia) // completions carry no media: the (empty) list is known at entry
+		}
+		for i, n := range nodes {
+			t := n.when.OnRoute(format)
+			never[i] = t == celenv.False
+			f.Skippable[i] = t != celenv.True || n.foreach != nil
+			if !never[i] {
+				f.Gen[i] = gen[i]
+			}
+			f.Any[i] = n.joinAny
+		}
+		in, out := g.Available(order, f)
+		for i, n := range nodes {
+			if never[i] {
+				continue
+			}
+			for _, need := range n.contract.Needs {
+				if len(need.Routes) > 0 && !slices.Contains(need.Routes, r) {
+					continue
+				}
+				b := bit(need.Key)
+				if in[i]&b != 0 {
+					continue
+				}
+				if m := find(i, need.Key); m != nil {
+					m.routes = append(m.routes, format)
+					continue
+				}
+				misses = append(misses, &miss{node: i, key: need.Key, routes: []string{format},
+					path: g.Witness(order, f, in, out, i, b)})
+			}
+		}
+	}
+	for _, m := range misses {
+		names := []string{"request"}
+		for _, i := range m.path {
+			names = append(names, nodes[i].id)
+		}
+		route := strings.Join(m.routes, " and ") + " route"
+		if len(m.routes) > 1 {
+			route += "s"
+		}
+		c.ds.Errorf(c.doc, c.specs[m.node].ptr+"/type",
+			"node %s needs %s on the %s, but this path reaches it without %s surely provided: %s%s",
+			quote(nodes[m.node].id), m.key, route, m.key, strings.Join(names, " → "), c.providers(m.key))
+	}
+	// Two writers of one key must be ordered, or they race on the run state.
+	for k := range bits {
+		var ps []int
+		for i, n := range nodes {
+			if slices.Contains(n.contract.Provides, k) {
+				ps = append(ps, i)
+			}
+		}
+		for x := 0; x < len(ps); x++ {
+			for y := x + 1; y < len(ps); y++ {
+				a, b := ps[x], ps[y]
+				if !anc[a].Has(b) && !anc[b].Has(a) {
+					c.ds.Errorf(c.doc, c.specs[b].ptr+"/type", "nodes %s and %s both provide %s and neither needs the other", quote(nodes[a].id), quote(nodes[b].id), k)
+				}
+			}
+		}
+	}
+}
+
+// providers names the nodes that provide k, for the dataflow message.
+func (c *compiler) providers(k Key) string {
+	var ps []string
+	for _, n := range c.w.nodes {
+		if slices.Contains(n.contract.Provides, k) {
+			ps = append(ps, quote(n.id))
+		}
+	}
+	if len(ps) == 0 {
+		return fmt.Sprintf(" (no node provides %s)", k)
+	}
+	return fmt.Sprintf(" (%s provided by %s, which is missing from this path, may be skipped by a guard or fan out over no items, or is behind a conditional edge)", k, strings.Join(ps, ", "))
+}

@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"sync"
+	"time"
+
+	"github.com/celflow/celflow/engine/celenv"
+	"github.com/celflow/celflow/schema"
+)
+
+// Workflow is a compiled workflow: immutable after Load and safe for
+// concurrent use by any number of requests. It implements Runner.
+type Workflow struct {
+	name, version, hash, file string
+	description               string
+	routes                    [4]bool // indexed by Route
+	requestTimeout            time.Duration
+
+	nodes []*cnode
+	env   *celenv.Env
+	succ  [][]edgeRef // per node: the edges leaving it
+	nedge int         // total number of edges
+	tests []testCase
+	doc   *schema.Doc
+	pool  *sync.Pool // of *scratch
+}
+
+// cnode is one compiled node.
+type cnode struct {
+	idx         int
+	id, typ     string
+	description string
+	ptr         string // JSON pointer of the node in the document
+	node        Node
+	contract    Contract
+	merger      Merger
+
+	when    *celenv.Expr
+	foreach *celenv.Expr
+	needs   []cedge
+	joinAny bool
+
+	maxParallel, tolerate int
+	timeout               time.Duration
+	retry                 retryPolicy
+}
+
+// cedge is one need: the edge from node `from` into its owner.
+type cedge struct {
+	from  int
+	cond  *celenv.Expr // nil: fires when the predecessor succeeded or was skipped
+	hasIf bool         // the document gave a condition (even one that did not compile)
+	label string       // "render" or "try_decode[response.status == 412]"
+	gidx  int          // index in the run's edge table
+}
+
+// edgeRef locates an edge from its source: the k-th need of node `to`.
+type edgeRef struct{ to, k int }
+
+// retryPolicy is a node's resolved retry settings.
+type retryPolicy struct {
+	attempts            int
+	backoff, maxBackoff time.Duration
+	jitter              bool
+	cond                *celenv.Expr // nil: retry retryable failures (5xx, transport, timeouts)
+	condPtr             string
+}
+
+// NodeInfo describes one compiled node, for tools (graph, explain, docs).
+type NodeInfo struct {
+	ID, Type, Description string
+	When, ForEach         string
+	Needs                 []NeedInfo
+	JoinAny               bool
+	Contract              Contract
+	MaxParallel, Tolerate int
+	Timeout               time.Duration
+	Attempts              int
+}
+
+// NeedInfo is one incoming edge.
+type NeedInfo struct {
+	Node string
+	If   string
+}
+
+// Name, Version, Hash (sha256 of the file bytes, hex) and File identify the workflow.
+func (w *Workflow) Name() string        { return w.name }
+func (w *Workflow) Version() string     { return w.version }
+func (w *Workflow) Hash() string        { return w.hash }
+func (w *Workflow) File() string        { return w.file }
+func (w *Workflow) Description() string { return w.description }
+
+// Serves reports whether the workflow serves route r.
+func (w *Workflow) Serves(r Route) bool { return int(r) < len(w.routes) && w.routes[r] }
+
+// RequestTimeout is the workflow-level deadline (0 = off).
+func (w *Workflow) RequestTimeout() time.Duration { return w.requestTimeout }
+
+// Nodes describes the nodes in declaration order.
+func (w *Workflow) Nodes() []NodeInfo {
+	out := make([]NodeInfo, len(w.nodes))
+	for i, n := range w.nodes {
+		ni := NodeInfo{ID: n.id, Type: n.typ, Description: n.description, JoinAny: n.joinAny,
+			Contract: n.contract, MaxParallel: n.maxParallel, Tolerate: n.tolerate,
+			Timeout: n.timeout, Attempts: n.retry.attempts}
+		if n.when != nil {
+			ni.When = n.when.Src
+		}
+		if n.foreach != nil {
+			ni.ForEach = n.foreach.Src
+		}
+		for _, e := range n.needs {
+			ne := NeedInfo{Node: w.nodes[e.from].id}
+			if e.cond != nil {
+				ne.If = e.cond.Src
+			}
+			ni.Needs = append(ni.Needs, ne)
+		}
+		out[i] = ni
+	}
+	return out
+}
+
+var _ Runner = (*Workflow)(nil)
+
+// CompileCount is how many CEL expressions and JSON Schemas have been
+// compiled since the process started. Everything compiles at load; tests
+// use it to prove that serving requests compiles nothing (ACCEPTANCE 50).
+func CompileCount() int64 { return celenv.CompileCount() + schema.CompileCount() }

@@ -1,0 +1,188 @@
+package schema
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestLoadYAMLRejects(t *testing.T) {
+	tests := []struct {
+		name, src, want string
+	}{
+		{"duplicate key", "a: 1\nb: 2\na: 3\n", "f.yaml:3:1: a: duplicate key \"a\" (first at line 1)"},
+		{"alias", "a: &x 1\nb: *x\n", "f.yaml:1:4: a: YAML anchors are not supported (&x)\nf.yaml:2:4: b: YAML aliases are not supported (*x)"},
+		{"merge", "a: {x: 1}\nb:\n  <<: {y: 2}\n", "f.yaml:3:3: b: merge keys (<<) is not supported"},
+		{"int key", "1: a\n", "f.yaml:1:1: a non-string key is not supported"},
+		{"two docs", "a: 1\n---\nb: 2\n", "f.yaml:2:1: only one YAML document per file is allowed"},
+		{"syntax", "a: [1\n", "f.yaml:1:1: invalid YAML: did not find expected ',' or ']'"},
+		{"nan", "a: .nan\n", "f.yaml:1:4: a: .nan is not a finite number"},
+		{"empty", "", "f.yaml:1:1: empty document"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ds := LoadYAML("f.yaml", []byte(tc.src))
+			if got := strings.TrimSpace(ds.Sort().String()); got != tc.want {
+				t.Fatalf("got\n%s\nwant\n%s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestValuesAndPositions(t *testing.T) {
+	src := "top:\n  int: 5\n  float: 5.0\n  half: 4.5\n  big: 1e19\n  hex: 0x10\n  str: \"5\"\n  list: [a, {b: c}]\n  \"odd/key\": x\n"
+	d, ds := LoadYAML("f.yaml", []byte(src))
+	if len(ds) != 0 {
+		t.Fatal(ds)
+	}
+	want := `{"top":{"big":1e+19,"float":5,"half":4.5,"hex":16,"int":5,"list":["a",{"b":"c"}],"odd/key":"x","str":"5"}}`
+	if got := string(d.JSON("")); got != want {
+		t.Fatalf("json %s", got)
+	}
+	for _, tc := range []struct {
+		ptr       string
+		line, col int
+		path      string
+	}{
+		{"/top/int", 2, 8, "top.int"},
+		{"/top/list/1/b", 8, 17, "top.list[1].b"},
+		{"/top/odd~1key", 9, 14, `top["odd/key"]`},
+		{"/top/missing", 2, 3, "top.missing"}, // falls back to the parent mapping
+	} {
+		l, c := d.Pos(tc.ptr)
+		if l != tc.line || c != tc.col || d.Path(tc.ptr) != tc.path {
+			t.Errorf("%s: %d:%d %s", tc.ptr, l, c, d.Path(tc.ptr))
+		}
+	}
+	if l, c := d.KeyPos("/top/int"); l != 2 || c != 3 {
+		t.Errorf("key pos %d:%d", l, c)
+	}
+	sub, ok := d.Sub("/top")
+	if !ok || sub.Path("/int") != "top.int" || string(sub.JSON("/int")) != "5" {
+		t.Fatalf("sub %v", sub)
+	}
+	if l, _ := sub.Pos("/half"); l != 4 {
+		t.Fatalf("sub pos %d", l)
+	}
+}
+
+// CEL positions inside scalars map to the file (ACCEPTANCE 44).
+func TestScalarPos(t *testing.T) {
+	src := strings.Join([]string{
+		`plain: abc == = d`,
+		`dq: "x \"y\" == = d"`,
+		`sq: 'it''s == = d'`,
+		`lit: |`,
+		`  first line`,
+		`    second = x`,
+		`fold: >`,
+		`  one two`,
+		`  three = x`,
+		`multi: abc`,
+		`  def = x`,
+	}, "\n")
+	d, ds := LoadYAML("f.yaml", []byte(src))
+	if len(ds) != 0 {
+		t.Fatal(ds)
+	}
+	for _, tc := range []struct {
+		ptr               string
+		line, col         int // CEL position: 1-based line, 0-based col
+		wantLine, wantCol int
+	}{
+		{"/plain", 1, 7, 1, 15},
+		{"/dq", 1, 9, 2, 17}, // value `x "y" == = d`: escapes are two source columns
+		{"/sq", 1, 8, 3, 15}, // value `it's == = d`: '' is one
+
+		{"/lit", 2, 9, 6, 12},
+		{"/fold", 1, 16, 9, 11},
+		{"/multi", 1, 8, 11, 7},
+	} {
+		l, c := d.ScalarPos(tc.ptr, tc.line, tc.col)
+		if l != tc.wantLine || c != tc.wantCol {
+			v, _ := d.Value(tc.ptr)
+			t.Errorf("%s (%q) @%d:%d → %d:%d, want %d:%d", tc.ptr, v, tc.line, tc.col, l, c, tc.wantLine, tc.wantCol)
+		}
+	}
+}
+
+const testSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object", "additionalProperties": false, "required": ["name"],
+  "properties": {
+    "name": {"type": "string"},
+    "n": {"type": "integer", "minimum": 1},
+    "t": {"$ref": "defs.json#/$defs/duration"},
+    "on": {"type": "boolean"},
+    "mode": {"enum": ["a", "b"]}
+  }
+}`
+
+// ACCEPTANCE 21, 22, 23, 24 at the schema level.
+func TestValidate(t *testing.T) {
+	if err := Register(Base+"test.json", []byte(testSchema)); err != nil {
+		t.Fatal(err)
+	}
+	if err := Register(Base+"test.json", []byte(testSchema)); err != nil {
+		t.Fatal("re-registering the same bytes must be a no-op:", err)
+	}
+	if err := Register(Base+"test.json", []byte(`{}`)); err == nil {
+		t.Fatal("different bytes under one id accepted")
+	}
+	tests := []struct{ src, want string }{
+		{"name: x\nn: 5.0\nt: 30s\non: true\nmode: a", ""},
+		{"name: x\nn: 4.5", "f.yaml:2:4: n: expected integer, got 4.5"},
+		{"name: x\nn: \"5\"", `f.yaml:2:4: n: expected integer, got "5"`},
+		{"name: x\nn: true", "f.yaml:2:4: n: expected integer, got true"},
+		{"name: x\nn: 1e19", "f.yaml:2:4: n: expected integer, got 1e+19 (out of the 64-bit range)"},
+		{"name: x\nn: 0", "f.yaml:2:4: n: must be >= 1, got 0"},
+		{"name: x\nt: \"30\"", `f.yaml:2:4: t: invalid duration "30" (want a Go duration such as "30s" or "1m30s")`},
+		{"name: x\nt: abc", `f.yaml:2:4: t: invalid duration "abc" (want a Go duration such as "30s" or "1m30s")`},
+		{"name: x\nt: 30", "f.yaml:2:4: t: expected string, got 30"},
+		{"name: x\non: \"true\"", `f.yaml:2:5: on: expected boolean, got "true"`},
+		{"name: x\non: 1", "f.yaml:2:5: on: expected boolean, got 1"},
+		{"name: 42", "f.yaml:1:7: name: expected string, got 42"},
+		{"name: x\nmode: c", `f.yaml:2:7: mode: must be one of "a", "b", got "c"`},
+		{"n: 1", `f.yaml:1:1: missing required field "name"`},
+		{"name: x\nendpoint: y\nport: 1", "f.yaml:2:1: endpoint: unknown field \"endpoint\"\nf.yaml:3:1: port: unknown field \"port\""},
+	}
+	for _, tc := range tests {
+		d, ds := LoadYAML("f.yaml", []byte(tc.src))
+		if len(ds) != 0 {
+			t.Fatal(ds)
+		}
+		got := strings.TrimSpace(Validate(d, Base+"test.json", "").String())
+		if got != tc.want {
+			t.Errorf("%q:\ngot  %s\nwant %s", tc.src, got, tc.want)
+		}
+	}
+}
+
+func TestDiagnosticsOutput(t *testing.T) {
+	ds := Diagnostics{
+		{File: "b.yaml", Line: 2, Col: 1, Path: "x", Msg: "second"},
+		{File: "a.yaml", Line: 9, Col: 3, Path: "nodes[0].id", Msg: "bad, really: 100%"},
+		{File: "a.yaml", Line: 1, Col: 1, Msg: "w", Severity: Warning},
+	}.Sort()
+	if ds[0].Line != 1 || ds[2].File != "b.yaml" || ds.HasErrors() != true {
+		t.Fatalf("%v", ds)
+	}
+	if got := ds[0].String(); got != "a.yaml:1:1: warning: w" {
+		t.Fatalf("%q", got)
+	}
+	if got := ds[1].String(); got != "a.yaml:9:3: nodes[0].id: bad, really: 100%" {
+		t.Fatalf("%q", got)
+	}
+	gh := ds.GitHub()
+	if !strings.Contains(gh, "::error file=a.yaml,line=9,col=3::nodes[0].id: bad, really: 100%25\n") ||
+		!strings.Contains(gh, "::warning file=a.yaml,line=1,col=1::w") {
+		t.Fatalf("github:\n%s", gh)
+	}
+	var back []map[string]any
+	if err := json.Unmarshal(ds.JSON(), &back); err != nil || back[1]["severity"] != "error" || back[1]["line"] != float64(9) {
+		t.Fatalf("json %s %v", ds.JSON(), err)
+	}
+	if (Diagnostics{{Severity: Warning}}).Err() != nil {
+		t.Fatal("warnings are not errors")
+	}
+}
