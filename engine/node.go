@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/celflow/celflow/engine/jsonb"
 	"github.com/celflow/celflow/engine/upstream"
 )
 
@@ -225,6 +226,11 @@ type State struct {
 	// with media URLs rewritten to data URIs by fetch-media. Legs splice
 	// their edits into it (engine/jsonb); it is never re-encoded whole.
 	Body []byte
+	// BodyObj is the index of Body when someone already parsed it (the front
+	// does, once); legs reuse it instead of scanning the body again. A node
+	// that replaces Body must replace or clear it; readers check that
+	// BodyObj.Buf is Body.
+	BodyObj *jsonb.Object
 
 	Media  []MediaItem // items in order of appearance (fetch-media, render, generate entry)
 	Tokens Tokens      // T

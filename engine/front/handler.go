@@ -1,6 +1,7 @@
 package front
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -98,7 +99,7 @@ func (s *Server) inference(route engine.Route, runner engine.Runner) http.Handle
 			s.fail(x, e)
 			return
 		}
-		req, tokens, media, e := parseRequest(x.id, route, r.Header, body)
+		req, obj, tokens, media, e := parseRequest(x.id, route, r.Header, body)
 		s.debugRequest(x, r, body)
 		if e != nil {
 			s.fail(x, e)
@@ -111,7 +112,18 @@ func (s *Server) inference(route engine.Route, runner engine.Runner) http.Handle
 		if span.IsRecording() {
 			span.SetAttributes(telemetry.AttrRequestID.String(x.id))
 		}
-		run := engine.NewRun(ctx, req, x)
+		// The run's context is cancelled when the client goes away (or the
+		// shutdown budget cuts the request), but not merely because this
+		// handler returned: a node that survives the end of the run (the
+		// concurrent SGLang prefill, PROTOCOL 9) must not be cancelled when
+		// decode's reply completes first.
+		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		stop := context.AfterFunc(ctx, cancel)
+		// Once the handler has finished, the watch is dropped: survivors run
+		// on until they return (each node's own timeout still bounds them).
+		defer stop()
+		run := engine.NewRun(runCtx, req, x)
+		run.State.BodyObj = obj
 		run.State.Tokens = tokens
 		run.State.Media = media
 		x.run = run
@@ -180,11 +192,11 @@ func unreadable(err error) *engine.Error {
 // parseRequest indexes the body once (it must be a JSON object), reads
 // model and stream without validating them, and for the generate route
 // validates token_ids and features at entry (PROTOCOL 1.5, 4.4).
-func parseRequest(id string, route engine.Route, h http.Header, body []byte) (*engine.Request, engine.Tokens, []engine.MediaItem, *engine.Error) {
+func parseRequest(id string, route engine.Route, h http.Header, body []byte) (*engine.Request, *jsonb.Object, engine.Tokens, []engine.MediaItem, *engine.Error) {
 	var tokens engine.Tokens
 	obj, err := jsonb.Parse(body)
 	if err != nil {
-		return nil, tokens, nil, engine.Errorf(engine.KindInvalidJSON, "request body must be a JSON object: %v", err)
+		return nil, nil, tokens, nil, engine.Errorf(engine.KindInvalidJSON, "request body must be a JSON object: %v", err)
 	}
 	req := &engine.Request{ID: id, Route: route, Header: h, Body: body}
 	if raw, ok := obj.Get("model"); ok {
@@ -197,10 +209,10 @@ func parseRequest(id string, route engine.Route, h http.Header, body []byte) (*e
 	if route == engine.RouteGenerate {
 		var e *engine.Error
 		if tokens, media, e = mm.ParseGenerate(body, obj); e != nil {
-			return nil, tokens, nil, e
+			return nil, nil, tokens, nil, e
 		}
 	}
-	return req, tokens, media, nil
+	return req, obj, tokens, media, nil
 }
 
 // jsonString returns a raw JSON string's value, or "" for any other value.

@@ -283,3 +283,28 @@ func TestNewLogger(t *testing.T) {
 		t.Fatal("xml accepted")
 	}
 }
+
+// ACCEPTANCE 171: a node that survives the end of the run (the concurrent
+// SGLang prefill) keeps its context after the reply is complete and the
+// handler has returned; only a client disconnect or the shutdown cut
+// cancels it (TestClientDisconnectCancelsRun).
+func TestRunContextOutlivesTheHandler(t *testing.T) {
+	ctxs := make(chan context.Context, 1)
+	r := &fakeRunner{serve: func(run *engine.Run) *engine.Report {
+		ctxs <- run.Ctx
+		return answerJSON(run, `{"ok":true}`)
+	}}
+	h := start(t, r, nil)
+	resp, _ := h.do(t, "POST", "/v1/chat/completions", `{}`, nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	ctx := <-ctxs
+	// The handler has returned (the reply was read in full); give net/http
+	// time to cancel the request context, then check the run's is intact.
+	time.Sleep(50 * time.Millisecond)
+	if err := ctx.Err(); err != nil {
+		t.Fatalf("run context cancelled after a complete reply: %v", err)
+	}
+	h.shutdown(t)
+}

@@ -26,6 +26,9 @@ func ParseBody(x *engine.Exec, body []byte) (*jsonb.Object, *engine.Error) {
 	if x == nil || x.Run == nil || len(body) == 0 {
 		return parse(body)
 	}
+	if o := x.Run.State.BodyObj; o != nil && sameSlice(o.Buf, body) {
+		return o, nil
+	}
 	bi := x.Run.Shared(sharedBody, func() any { return &bodyIndex{} }).(*bodyIndex)
 	bi.mu.Lock()
 	defer bi.mu.Unlock()
