@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"net/url"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -17,8 +16,8 @@ import (
 // params is the node's YAML params (schema.json is the strict contract;
 // Build re-checks what a schema cannot: overflow, durations, URLs).
 type params struct {
-	MaxMultimodalEntries   number       `json:"max_multimodal_entries"`
-	MaxConcurrentDownloads number       `json:"max_concurrent_downloads"`
+	MaxMultimodalEntries   leg.Number   `json:"max_multimodal_entries"`
+	MaxConcurrentDownloads leg.Number   `json:"max_concurrent_downloads"`
 	DownloadTimeout        string       `json:"download_timeout"`
 	AllowedDomains         []string     `json:"allowed_domains"`
 	AllowPrivateNetworks   bool         `json:"allow_private_networks"`
@@ -32,13 +31,13 @@ type params struct {
 }
 
 type modParams struct {
-	MaxDownloadSize number   `json:"max_download_size"` // MiB
-	Types           []string `json:"types"`
+	MaxDownloadSize leg.Number `json:"max_download_size"` // MiB
+	Types           []string   `json:"types"`
 }
 
 type cacheParams struct {
-	MaxBytes number `json:"max_bytes"`
-	TTL      string `json:"ttl"`
+	MaxBytes leg.Number `json:"max_bytes"`
+	TTL      string     `json:"ttl"`
 }
 
 // Defaults (PROTOCOL 3, ACCEPTANCE 19).
@@ -98,10 +97,10 @@ func parseParams(raw json.RawMessage) (*config, error) {
 		guard: Guard{AllowPrivate: p.AllowPrivateNetworks, AllowLoopback: p.AllowLoopback},
 		mods:  map[string]*modPolicy{},
 	}
-	n, err := intParam("/max_multimodal_entries", p.MaxMultimodalEntries, 0, 0)
+	n, err := leg.Int("/max_multimodal_entries", p.MaxMultimodalEntries, 0, 0)
 	add(err)
 	c.maxEntries = int(min(n, math.MaxInt32))
-	n, err = intParam("/max_concurrent_downloads", p.MaxConcurrentDownloads, 1, defaultConcurrency)
+	n, err = leg.Int("/max_concurrent_downloads", p.MaxConcurrentDownloads, 1, defaultConcurrency)
 	add(err)
 	c.concurrency = int(min(n, 1<<16))
 	c.timeout, err = leg.Duration("/download_timeout", p.DownloadTimeout, defaultTimeout)
@@ -134,7 +133,7 @@ func parseParams(raw json.RawMessage) (*config, error) {
 		mb := int64(defaultSizeMiB)
 		types := defaultTypes[m.name]
 		if m.p != nil {
-			v, err := intParam("/"+m.name+"/max_download_size", m.p.MaxDownloadSize, 1, defaultSizeMiB)
+			v, err := leg.Int("/"+m.name+"/max_download_size", m.p.MaxDownloadSize, 1, defaultSizeMiB)
 			add(err)
 			mb = v
 			if m.p.Types != nil {
@@ -159,7 +158,7 @@ func parseParams(raw json.RawMessage) (*config, error) {
 		c.audioFmts[strings.ToLower(strings.TrimSpace(f))] = true
 	}
 	if p.Cache != nil {
-		v, err := intParam("/cache/max_bytes", p.Cache.MaxBytes, 1, 0)
+		v, err := leg.Int("/cache/max_bytes", p.Cache.MaxBytes, 1, 0)
 		add(err)
 		if err == nil && v == 0 {
 			add(&engine.ParamError{Path: "/cache/max_bytes", Msg: "required when cache is set"})
@@ -175,36 +174,4 @@ func parseParams(raw json.RawMessage) (*config, error) {
 		return nil, errs
 	}
 	return c, nil
-}
-
-// intParam reads an integer param: 5 and 5.0 are accepted; 4.5, 1e19 and
-// values below lo are errors. An absent value gives def.
-// number is a JSON number kept as written; unlike json.Number it refuses a
-// quoted "5" (strict decoding, ACCEPTANCE 22).
-type number string
-
-func (n *number) UnmarshalJSON(b []byte) error {
-	if len(b) == 0 || (b[0] != '-' && (b[0] < '0' || b[0] > '9')) {
-		return &json.UnmarshalTypeError{Value: "non-number " + engine.CutUTF8(string(b), 16), Type: reflect.TypeFor[int64]()}
-	}
-	*n = number(b)
-	return nil
-}
-
-func intParam(path string, n number, lo, def int64) (int64, error) {
-	if n == "" {
-		return def, nil
-	}
-	v, err := strconv.ParseInt(string(n), 10, 64)
-	if err != nil {
-		f, ferr := strconv.ParseFloat(string(n), 64)
-		if ferr != nil || f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
-			return def, &engine.ParamError{Path: path, Msg: fmt.Sprintf("expected an integer that fits int64, got %s", n)}
-		}
-		v = int64(f)
-	}
-	if v < lo {
-		return def, &engine.ParamError{Path: path, Msg: fmt.Sprintf("must be at least %d, got %d", lo, v)}
-	}
-	return v, nil
 }

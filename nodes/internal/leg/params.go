@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,4 +76,36 @@ func RequireRole(b *engine.BuildContext, role upstream.Role) error {
 		return nil
 	}
 	return &engine.ParamError{Msg: fmt.Sprintf("no %s target: the upstream section has neither a gateway nor a %s pool", role, role)}
+}
+
+// Number is an integer param kept as written until Int reads it; unlike
+// json.Number it refuses a quoted "5" (strict decoding, ACCEPTANCE 22).
+type Number string
+
+func (n *Number) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || (b[0] != '-' && (b[0] < '0' || b[0] > '9')) {
+		return &json.UnmarshalTypeError{Value: "non-number " + engine.CutUTF8(string(b), 16), Type: reflect.TypeFor[int64]()}
+	}
+	*n = Number(b)
+	return nil
+}
+
+// Int reads an integer param ≥ lo at path: 5 and 5.0 are accepted; 4.5 and
+// 1e19 are errors. An absent value gives def.
+func Int(path string, n Number, lo, def int64) (int64, error) {
+	if n == "" {
+		return def, nil
+	}
+	v, err := strconv.ParseInt(string(n), 10, 64)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(string(n), 64)
+		if ferr != nil || f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
+			return def, &engine.ParamError{Path: path, Msg: fmt.Sprintf("expected an integer that fits int64, got %s", n)}
+		}
+		v = int64(f)
+	}
+	if v < lo {
+		return def, &engine.ParamError{Path: path, Msg: fmt.Sprintf("must be at least %d, got %d", lo, v)}
+	}
+	return v, nil
 }
