@@ -12,8 +12,8 @@ import (
 )
 
 type params struct {
-	Address                   string `json:"address"`
-	TTFBTimeout               string `json:"ttfb_timeout"`
+	Address                   string     `json:"address"`
+	TTFBTimeout               string     `json:"ttfb_timeout"`
 	MaxTotalTokens            leg.Number `json:"max_total_tokens"`
 	MaxTotalPlaceholderTokens leg.Number `json:"max_total_placeholder_tokens"`
 }
@@ -60,4 +60,3 @@ func parseParams(raw json.RawMessage) (*config, error) {
 	}
 	return c, nil
 }
-
