@@ -160,6 +160,7 @@ func (c *Config) decode() {
 	u := &c.Upstream
 	v.str("/upstream/mode", &u.Mode)
 	v.str("/upstream/gateway", &u.Gateway)
+	v.str("/upstream/render", &u.Render)
 	v.str("/upstream/picker", &u.Picker)
 	for _, r := range []upstream.Role{upstream.RoleEncode, upstream.RolePrefill, upstream.RoleDecode} {
 		if eps, ok := v.pool("/upstream/pools/" + string(r)); ok {

@@ -27,6 +27,9 @@ const (
 type Config struct {
 	Mode    string // "gateway" or "direct"
 	Gateway string // base URL, gateway mode
+	// Render is the render service's base URL, the default for render nodes
+	// that name no address of their own (render is a side service in either mode).
+	Render string
 	// Pools, direct mode: role → endpoints.
 	Pools map[Role][]Endpoint
 	// Picker: "round-robin" (default) or "least-in-flight".
@@ -72,6 +75,9 @@ func New(cfg Config) (*Client, error) { return newClient(cfg) }
 
 // HasRole reports whether a leg of that role has somewhere to go.
 func (c *Client) HasRole(r Role) bool { return c.impl.hasRole(r) }
+
+// Render returns the configured render service base URL ("" when unset).
+func (c *Client) Render() string { return c.impl.render }
 
 // Direct reports direct mode (celflow picks endpoints).
 func (c *Client) Direct() bool { return c.impl.direct }

@@ -15,6 +15,7 @@ type client struct {
 	direct      bool
 	gateway     string // base URL without trailing slash (gateway mode)
 	gatewayHost string
+	render      string // render service base URL without trailing slash
 	pools       [numRoles]*pool // direct mode; nil entry = no endpoints
 	rt          *http.Transport
 }
@@ -39,7 +40,7 @@ func newClient(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &client{cfg: cfg, rt: newTransport(cfg)}
+	c := &client{cfg: cfg, rt: newTransport(cfg), render: strings.TrimRight(cfg.Render, "/")}
 	switch cfg.Mode {
 	case modeGateway:
 		c.gateway = strings.TrimRight(cfg.Gateway, "/")

@@ -43,6 +43,11 @@ func withDefaults(cfg Config) (Config, error) {
 			cfg.Mode = modeDirect
 		}
 	}
+	if cfg.Render != "" {
+		if err := checkBase(cfg.Render); err != nil {
+			bad("render", "%v", err)
+		}
+	}
 	switch cfg.Mode {
 	case modeGateway:
 		if cfg.Gateway == "" {

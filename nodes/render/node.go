@@ -49,7 +49,11 @@ type Node struct {
 }
 
 func build(b *engine.BuildContext, params json.RawMessage) (engine.Node, error) {
-	cfg, err := parseParams(params)
+	fallback := ""
+	if b.Upstream != nil {
+		fallback = b.Upstream.Render()
+	}
+	cfg, err := parseParams(params, fallback, b.Upstream != nil)
 	if err != nil {
 		return nil, err
 	}

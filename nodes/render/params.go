@@ -27,7 +27,10 @@ type config struct {
 	maxPlaceholder int64
 }
 
-func parseParams(raw json.RawMessage) (*config, error) {
+// parseParams reads the params; fallback is the config's upstream.render,
+// used when the node names no address. In validate-only mode (check false)
+// a missing address is left to the serve config.
+func parseParams(raw json.RawMessage, fallback string, check bool) (*config, error) {
 	var p params
 	if err := leg.Decode(raw, &p); err != nil {
 		return nil, err
@@ -39,10 +42,14 @@ func parseParams(raw json.RawMessage) (*config, error) {
 		}
 	}
 	c := &config{}
+	if p.Address == "" {
+		p.Address = fallback
+	}
 	switch u, err := url.Parse(p.Address); {
+	case p.Address == "" && !check:
 	case p.Address == "":
 		// ACCEPTANCE 29: required at load (the reference fails per request).
-		add(&engine.ParamError{Msg: "address is required (the render service's base URL)"})
+		add(&engine.ParamError{Msg: "address is required: set params.address or upstream.render (the render service's base URL)"})
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 		add(&engine.ParamError{Path: "/address", Msg: fmt.Sprintf("invalid URL %q (want http://host:port)", p.Address)})
 	default:

@@ -343,8 +343,14 @@ func TestRenderBuild(t *testing.T) {
 		`{"address":"http://r","max_total_tokens":"5"}`:             "",
 		`{"address":"http://r","ttfb_timeout":"30"}`:                "duration",
 	}
+	// Serving builds (an upstream client is given) check the address; a
+	// gateway-only upstream has no render default.
+	gw, err := upstream.New(upstream.Config{Gateway: "http://gw:80"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for raw, msg := range bad {
-		_, err := nt.Build(&engine.BuildContext{}, json.RawMessage(raw))
+		_, err := nt.Build(&engine.BuildContext{Upstream: gw}, json.RawMessage(raw))
 		if err == nil || !strings.Contains(err.Error(), msg) {
 			t.Errorf("%s: %v", raw, err)
 		}
@@ -364,5 +370,20 @@ func TestRenderBuild(t *testing.T) {
 	}
 	if n.(*Node).cfg.ttfb.String() != "30s" || n.(*Node).cfg.maxTotal != 5 {
 		t.Errorf("cfg %+v", n.(*Node).cfg)
+	}
+	// upstream.render is the default address; params.address overrides it.
+	withRender, err := upstream.New(upstream.Config{Gateway: "http://gw:80", Render: "http://render:8100/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for raw, want := range map[string]string{`{}`: "http://render:8100", `{"address":"http://own:1"}`: "http://own:1"} {
+		n, err := nt.Build(&engine.BuildContext{Upstream: withRender}, json.RawMessage(raw))
+		if err != nil || n.(*Node).cfg.address != want {
+			t.Errorf("%s: address %v, %v; want %s", raw, n, err, want)
+		}
+	}
+	// Validate-only builds (no upstream) leave a missing address to the serve config.
+	if _, err := nt.Build(&engine.BuildContext{}, json.RawMessage(`{}`)); err != nil {
+		t.Errorf("validate-only build: %v", err)
 	}
 }
