@@ -241,7 +241,7 @@ func TestRenderRejects(t *testing.T) {
 	dead := l.Addr().String()
 	l.Close()
 	res, _ = runNode(node(t, "http://"+dead, ""), engine.RouteChat, body, nil)
-	if e := errOf(t, res, engine.KindBadGateway); !strings.Contains(e.Msg, "render unreachable") {
+	if e := errOf(t, res, engine.KindBadGateway); !strings.Contains(e.Msg, "upstream unreachable") {
 		t.Errorf("transport: %v", e)
 	}
 }

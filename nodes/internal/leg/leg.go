@@ -50,14 +50,14 @@ func classify(ctx context.Context, role upstream.Role, err error) *engine.Error 
 	}
 	var te *upstream.TimeoutError
 	if errors.As(err, &te) {
-		e := engine.Errorf(engine.KindUpstreamTimeout, "%s did not answer within %s", RoleName(role), te.After)
+		e := engine.Errorf(engine.KindUpstreamTimeout, "upstream did not answer within %s", te.After)
 		e.Cause = err
 		return e
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return engine.AsError(err)
 	}
-	e := engine.Errorf(engine.KindBadGateway, "%s unreachable", RoleName(role))
+	e := engine.Errorf(engine.KindBadGateway, "upstream unreachable")
 	e.Cause = err
 	return e
 }
@@ -103,7 +103,7 @@ func reject(x *engine.Exec, name string, resp *http.Response) *engine.Error {
 	}
 	return &engine.Error{
 		Kind: engine.KindBadGateway, Item: -1, Status: code,
-		Msg: name + " answered HTTP " + strconv.Itoa(code),
+		Msg: "upstream answered HTTP " + strconv.Itoa(code),
 	}
 }
 

@@ -56,7 +56,7 @@ func TestSendClassifies(t *testing.T) {
 			kind: engine.KindUpstreamRejected, status: 400},
 		{name: "503", handle: legtest.JSON(503, `{"error":{"message":"SECRET-MARKER"}}`),
 			kind: engine.KindBadGateway, status: 503, clientNot: "SECRET-MARKER"},
-		{name: "transport", base: deadURL, kind: engine.KindBadGateway, clientHas: "prefill unreachable"},
+		{name: "transport", base: deadURL, kind: engine.KindBadGateway, clientHas: "prefill: upstream unreachable"},
 		{name: "ttfb", handle: func(w http.ResponseWriter, r *http.Request, _ legtest.Call) {
 			select {
 			case <-r.Context().Done():

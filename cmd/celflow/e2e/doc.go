@@ -1,0 +1,10 @@
+// Package e2e is celflow's end-to-end suite (build tag e2e; `make test-e2e`).
+// It runs real processes on 127.0.0.1: the built celflow binary (CELFLOW_BIN,
+// or one built into a temporary directory when unset) as simulated vLLM
+// workers (`celflow sim`), as the Inference Gateway stand-in (`celflow sim
+// gateway`) and as the coordinator (`celflow serve --config`), plus a media
+// server in the test process. Requests are sent with openai-go
+// (WithMaxRetries(0)); every leg is asserted through the simulators'
+// records (GET /sim/records), so a regression in any leg's path, headers or
+// body shape fails the suite. Each test names the ACCEPTANCE items it covers.
+package e2e

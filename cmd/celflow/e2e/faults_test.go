@@ -1,0 +1,221 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+)
+
+// faultCase injects a fault on one role through the simulators'
+// X-Sim-Fault header (celflow forwards client headers to every leg) and
+// expects an OpenAI error.
+type faultCase struct {
+	name, fault string
+	status      int
+	typ, code   string
+	msgHas      string // the message must contain it ("" = not checked)
+	msgLacks    string // and must not (an upstream 5xx body never reaches a client)
+	prefillLegs int    // prefill legs the request made
+	prefillMax  int    // when > prefillLegs: a range (transport retries on reused connections, FIELD-NOTES 3)
+	decodeLegs  int
+}
+
+// TestFaults maps injected worker faults to the documented statuses, in
+// direct mode with short decode and prefill time-to-first-byte budgets.
+// ACCEPTANCE 142, 152, 188, 192, 193, 194, 196, and FIELD-NOTES 4 (prefill
+// retried a bounded number of times, then the request fails).
+func TestFaults(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, stackOpts{params: map[string]map[string]any{
+		"decode": {"ttfb_timeout": "1s"}, "prefill": {"ttfb_timeout": "1s"},
+	}})
+	cases := []faultCase{
+		{name: "decode 503 is 502 bad_gateway", fault: "decode:status=503", status: 502, typ: "upstream_error", code: "bad_gateway",
+			msgHas: "decode", msgLacks: "simulated fault", prefillLegs: 1, decodeLegs: 1},
+		{name: "decode 400 OpenAI error is 400 with its message", fault: "decode:status=400", status: 400,
+			typ: "invalid_request_error", code: "upstream_rejected", msgHas: "decode rejected the request: HTTP 400: simulated fault on decode",
+			prefillLegs: 1, decodeLegs: 1},
+		{name: "decode slow headers is 504 upstream_timeout", fault: "decode:slow-headers=2s", status: 504,
+			typ: "timeout_error", code: "upstream_timeout", msgHas: "decode", prefillLegs: 1, decodeLegs: 1},
+		{name: "prefill 503 is retried, then 502", fault: "prefill:status=503", status: 502, typ: "upstream_error",
+			code: "bad_gateway", msgHas: "prefill", msgLacks: "simulated fault", prefillLegs: 3, decodeLegs: 0},
+		{name: "prefill 422 is not retried", fault: "prefill:status=422", status: 422, typ: "invalid_request_error",
+			code: "upstream_rejected", msgHas: "prefill rejected the request: HTTP 422", prefillLegs: 1, decodeLegs: 0},
+		{name: "prefill reset before headers is 502", fault: "prefill:reset-before-headers", status: 502,
+			typ: "upstream_error", code: "bad_gateway", prefillLegs: 3, prefillMax: 6, decodeLegs: 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			id := "e2e-fault-" + idSafe(c.name)
+			start := time.Now()
+			_, err := st.client().Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+				Model: model, MaxTokens: openai.Int(4),
+				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt(c.name))},
+			}, reqOpts(id, option.WithHeader("X-Sim-Fault", c.fault))...)
+			var apiErr *openai.Error
+			if !errors.As(err, &apiErr) {
+				t.Fatalf("want an *openai.Error, got %v", err)
+			}
+			if apiErr.StatusCode != c.status || apiErr.Type != c.typ || apiErr.Code != c.code {
+				t.Errorf("got %d %s/%s (%q), want %d %s/%s", apiErr.StatusCode, apiErr.Type, apiErr.Code, apiErr.Message, c.status, c.typ, c.code)
+			}
+			// ACCEPTANCE 9, 192: param null, message ending with the id.
+			if !strings.HasSuffix(apiErr.Message, "(request_id: "+id+")") || !apiErr.JSON.Param.Valid() && apiErr.Param != "" {
+				t.Errorf("message %q does not end with the request id", apiErr.Message)
+			}
+			if !strings.Contains(apiErr.RawJSON(), `"param":null`) {
+				t.Errorf("error body %s: param must be null", apiErr.RawJSON())
+			}
+			if c.msgHas != "" && !strings.Contains(apiErr.Message, c.msgHas) {
+				t.Errorf("message %q lacks %q", apiErr.Message, c.msgHas)
+			}
+			if c.msgLacks != "" && strings.Contains(apiErr.Message, c.msgLacks) {
+				t.Errorf("message %q relays the upstream body (%q)", apiErr.Message, c.msgLacks)
+			}
+			if got := apiErr.Response.Header.Get("X-Request-Id"); got != id {
+				t.Errorf("error reply x-request-id %q", got)
+			}
+			if c.code == "upstream_timeout" && time.Since(start) > 1900*time.Millisecond {
+				t.Errorf("the 1s ttfb_timeout took %s", time.Since(start))
+			}
+			legs := st.legs(id)
+			p, d := len(of(legs, "prefill")), len(of(legs, "decode"))
+			if p < c.prefillLegs || p > max(c.prefillLegs, c.prefillMax) || d != c.decodeLegs {
+				t.Errorf("%d prefill and %d decode legs, want %d..%d and %d:\n%s", p, d, c.prefillLegs, max(c.prefillLegs, c.prefillMax), c.decodeLegs, describe(legs))
+			}
+		})
+	}
+
+	// ACCEPTANCE 179: decode resets mid-stream after the reply started: the
+	// client sees a broken stream, not a clean end.
+	t.Run("decode reset mid-stream truncates the stream", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		s := st.client().Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+			Model: model, MaxTokens: openai.Int(8),
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt("reset mid-stream"))},
+		}, reqOpts("e2e-fault-reset-mid-stream", option.WithHeader("X-Sim-Fault", "decode:reset-mid-stream"))...)
+		finished := false
+		for n := 0; s.Next() && n < 10000; n++ {
+			if ch := s.Current(); len(ch.Choices) > 0 && ch.Choices[0].FinishReason != "" {
+				finished = true
+			}
+		}
+		if s.Err() == nil && finished {
+			t.Error("the stream ended cleanly although decode reset it mid-stream")
+		}
+		s.Close()
+	})
+}
+
+// TestClientDisconnectCancelsDecode: the client leaves mid-stream and the
+// decode worker sees its request cancelled (ACCEPTANCE 182).
+func TestClientDisconnectCancelsDecode(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, stackOpts{})
+	id := "e2e-disconnect"
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := st.client().Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+		Model: model, MaxTokens: openai.Int(16),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt("disconnect"))},
+	}, reqOpts(id, option.WithHeader("X-Sim-Fault", "decode:itl=500ms"))...)
+	if !s.Next() {
+		t.Fatalf("no first chunk: %v", s.Err())
+	}
+	left := time.Now()
+	cancel()
+	s.Close()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		var d []leg
+		for _, l := range st.legs(id) {
+			if l.Worker == "decode" {
+				d = append(d, l)
+			}
+		}
+		if len(d) == 1 && d[0].Done {
+			if !d[0].Cancelled {
+				t.Errorf("decode finished its request instead of being cancelled (status %d)", d[0].Status)
+			}
+			if took := d[0].Time.Add(time.Duration(d[0].DurationMS * float64(time.Millisecond))).Sub(left); took > time.Second {
+				t.Errorf("decode was cancelled %s after the client left, want within 1s", took)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("decode leg not done 3s after the client left:\n%s", describe(d))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSIGTERMDrainsStream: SIGTERM mid-stream lets the stream finish
+// within shutdown_timeout, and celflow exits 0 (ACCEPTANCE 184, 186).
+func TestSIGTERMDrainsStream(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, stackOpts{server: map[string]string{"drain_delay": "200ms", "shutdown_timeout": "5s"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s := st.client().Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+		Model: model, MaxTokens: openai.Int(12),
+		Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt("sigterm"))},
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+	}, reqOpts("e2e-sigterm", option.WithHeader("X-Sim-Fault", "decode:itl=150ms"))...)
+	if !s.Next() {
+		t.Fatalf("no first chunk: %v", s.Err())
+	}
+	st.celflow.signal(syscall.SIGTERM)
+	// During drain_delay /readyz is 503 and /healthz stays 200.
+	if code := getStatus(st.url + "/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz after SIGTERM: %d, want 503", code)
+	}
+	if code := getStatus(st.url + "/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz after SIGTERM: %d, want 200", code)
+	}
+	finish, usage := "", int64(0)
+	for n := 0; s.Next() && n < 10000; n++ {
+		ch := s.Current()
+		if len(ch.Choices) > 0 && ch.Choices[0].FinishReason != "" {
+			finish = ch.Choices[0].FinishReason
+		}
+		usage = max(usage, ch.Usage.CompletionTokens)
+	}
+	if err := s.Err(); err != nil || finish == "" || usage != 12 {
+		t.Errorf("the stream did not complete after SIGTERM: err %v, finish %q, usage %d", err, finish, usage)
+	}
+	s.Close()
+	code, ok := st.celflow.wait(8 * time.Second)
+	if !ok || code != 0 {
+		t.Errorf("celflow exit: %d (exited: %v), want 0 after a complete drain", code, ok)
+	}
+}
+
+// idSafe makes s a valid client request id (^[a-zA-Z0-9-]{1,128}$).
+func idSafe(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			b[i] = '-'
+		}
+	}
+	return string(b[:min(len(b), 100)])
+}
+
+func getStatus(url string) int {
+	resp, err := httpc.Get(url)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}

@@ -1,0 +1,13 @@
+// Package bench is `celflow bench`: the load benchmark of issue 7. It runs,
+// as separate processes of the celflow binary, a fixed-response worker
+// (`celflow bench worker`), a bare httputil.ReverseProxy (`celflow bench
+// proxy`) and `celflow serve` with generated configs, drives each with one
+// closed-loop Go load generator, and writes docs/benchmarks.md: requests/s,
+// p50/p99 latency and CPU per request side by side, the ratios
+// celflow/bare-proxy, streaming first-chunk and per-chunk latencies, and the
+// issue 7 / PERFORMANCE.md targets with met or not met.
+//
+// The numbers are noisy on shared two-core machines; the ratios taken within
+// one run are what carry from run to run (PERFORMANCE.md). Nothing here is on
+// celflow's request path.
+package bench

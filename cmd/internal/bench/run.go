@@ -1,0 +1,231 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"time"
+)
+
+// Options configure one benchmark run.
+type Options struct {
+	Bin        string        // the celflow binary the children run
+	Warmup     time.Duration // per cell, not recorded
+	Duration   time.Duration // per cell, recorded
+	Conc       []int         // closed-loop concurrencies of the request matrix
+	StreamConc []int         // concurrencies of the streaming cells
+	Chunks     int           // SSE events per streamed reply
+	Gap        time.Duration // between two events at the worker
+	Progress   io.Writer     // one line per cell
+}
+
+// target is one thing the load generator hits.
+type target struct {
+	key, title string
+	url        string // base URL
+	hop        *proc  // the process whose CPU is the hop's (the worker for "direct")
+	legs       int    // worker legs per request (0 for direct)
+	celflow    bool
+}
+
+// Cell is one measured cell of the request matrix.
+type Cell struct {
+	Conc      int
+	Body      string // body key
+	Target    string // target key
+	Res       Result
+	HopCPU    time.Duration // per OK request, of the hop process
+	WorkerCPU time.Duration // per OK request, of the worker (0 for direct: it is the hop)
+	Handover  handover      // celflow targets: the window's hand-overs
+}
+
+// StreamCell is one measured streaming cell.
+type StreamCell struct {
+	Conc   int
+	Target string
+	Res    StreamResult
+}
+
+// Results is everything a run measured.
+type Results struct {
+	Opts    Options
+	Targets []target
+	Bodies  []body
+	Cells   []Cell
+	Streams []StreamCell
+}
+
+// Measure starts the worker, the bare proxy and one celflow per workflow,
+// runs the request matrix and the streaming cells, and stops them all.
+func Measure(ctx context.Context, o Options) (*Results, error) {
+	dir, err := os.MkdirTemp("", "celflow-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	var procs []*proc
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+	// start runs one child on a free port: extra(addr) gives the arguments
+	// that tell it where to listen.
+	start := func(name, ready string, extra func(addr string) ([]string, error), args ...string) (*proc, error) {
+		addr, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		more, err := extra(addr)
+		if err != nil {
+			return nil, err
+		}
+		p, err := startProc(ctx, name, o.Bin, "http://"+addr, ready, append(args, more...)...)
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, p)
+		return p, nil
+	}
+	listen := func(addr string) ([]string, error) { return []string{"--listen", addr}, nil }
+	worker, err := start("worker", "/healthz", listen, "bench", "worker",
+		"--chunks", fmt.Sprint(o.Chunks), "--gap", o.Gap.String())
+	if err != nil {
+		return nil, err
+	}
+	proxy, err := start("proxy", "/healthz", listen, "bench", "proxy", "--to", worker.url)
+	if err != nil {
+		return nil, err
+	}
+	r := &Results{Opts: o, Bodies: bodies()}
+	r.Targets = []target{
+		{key: "direct", title: "worker directly", url: worker.url, hop: worker},
+		{key: "proxy", title: "bare httputil.ReverseProxy", url: proxy.url, hop: proxy, legs: 1},
+	}
+	for _, f := range flows {
+		p, err := start("celflow "+f.key, "/readyz", func(addr string) ([]string, error) {
+			cfg, err := writeConfig(dir, f, addr, worker.url)
+			return []string{"--config", cfg}, err
+		}, "serve")
+		if err != nil {
+			return nil, err
+		}
+		r.Targets = append(r.Targets, target{key: f.key, title: f.title, url: p.url, hop: p, legs: f.legs, celflow: true})
+	}
+
+	for _, conc := range o.Conc {
+		for _, b := range r.Bodies {
+			for _, t := range r.Targets {
+				c, err := measureCell(ctx, o, t, worker, b, conc)
+				if err != nil {
+					return nil, err
+				}
+				r.Cells = append(r.Cells, c)
+				progress(o.Progress, "c=%-3d %-6s %-7s %8.0f req/s  p50 %-9s p99 %-9s cpu %s/req%s",
+					conc, b.key, t.key, c.Res.RPS(), round(c.Res.Latency.P50), round(c.Res.Latency.P99), round(c.HopCPU), errNote(c.Res.Errors, c.Res.FirstError))
+			}
+		}
+	}
+
+	stream := chatBody("Stream a short answer.", true)
+	for _, conc := range o.StreamConc {
+		for _, t := range r.Targets {
+			if t.key == "epd" { // same relay as pd; keeps the run short
+				continue
+			}
+			l := StreamLoad{Load: Load{URL: t.url + "/v1/chat/completions", Body: stream, Conc: conc, Header: sseAccept,
+				Warmup: o.Warmup / 2, Duration: o.Duration}, Chunks: o.Chunks}
+			res, err := l.Run(ctx)
+			if err != nil {
+				return nil, err
+			}
+			r.Streams = append(r.Streams, StreamCell{conc, t.key, res})
+			progress(o.Progress, "stream c=%-3d %-7s %5d streams  first %-9s chunk p50 %-9s p99 %-9s coalesced %d%s",
+				conc, t.key, res.Streams, round(res.FirstChunk.P50), round(res.ChunkLat.P50), round(res.ChunkLat.P99), res.Coalesced, errNote(res.Errors, res.FirstError))
+		}
+	}
+	for _, p := range procs {
+		if !p.alive() {
+			return nil, fmt.Errorf("%s died during the run", p.name)
+		}
+	}
+	return r, nil
+}
+
+// measureCell runs one closed-loop cell against t, reading the CPU counters
+// of the hop and the worker (and celflow's hand-over histogram) at the
+// window's edges.
+func measureCell(ctx context.Context, o Options, t target, worker *proc, b body, conc int) (Cell, error) {
+	c := Cell{Conc: conc, Body: b.key, Target: t.key}
+	var hop0, hop1, w0, w1 time.Duration
+	var h0, h1 handover
+	var cpuErr error
+	mc := &http.Client{Timeout: 2 * time.Second}
+	read := func(start bool) {
+		hop, err := t.hop.cpuTime()
+		wk, err2 := worker.cpuTime()
+		if err == nil {
+			err = err2
+		}
+		var h handover
+		if t.celflow {
+			h, _ = scrapeHandover(mc, t.url)
+		}
+		if err != nil {
+			cpuErr = err
+		}
+		if start {
+			hop0, w0, h0 = hop, wk, h
+		} else {
+			hop1, w1, h1 = hop, wk, h
+		}
+	}
+	l := Load{URL: t.url + "/v1/chat/completions", Body: b.data, Conc: conc,
+		Warmup: o.Warmup, Duration: o.Duration, OnWindow: read}
+	res, err := l.Run(ctx)
+	if err != nil {
+		return c, err
+	}
+	if cpuErr != nil {
+		return c, fmt.Errorf("reading CPU time: %w", cpuErr)
+	}
+	c.Res = res
+	if res.OK > 0 {
+		n := time.Duration(res.OK)
+		c.HopCPU = (hop1 - hop0) / n
+		if t.key != "direct" {
+			c.WorkerCPU = (w1 - w0) / n
+		}
+	}
+	c.Handover = h1.sub(h0)
+	return c, nil
+}
+
+// sseAccept asks the worker for a stream (see Worker).
+var sseAccept = http.Header{"Accept": {"text/event-stream"}}
+
+func progress(w io.Writer, format string, a ...any) {
+	if w != nil {
+		fmt.Fprintf(w, format+"\n", a...)
+	}
+}
+
+func errNote(n int, first string) string {
+	if n == 0 && first == "" {
+		return ""
+	}
+	return fmt.Sprintf("  (%d errors; first: %s)", n, first)
+}
+
+func round(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	default:
+		return d.Round(time.Microsecond)
+	}
+}
