@@ -19,12 +19,10 @@ test: lint test-unit validate test-e2e
 test-unit:
 	$(GO) test -count=1 $(PKGS)
 
-## test-e2e: the built binary as coordinator and simulators, driven by real OpenAI clients.
+## test-e2e: the built binary as coordinator and simulators, driven by real OpenAI clients
+## (openai-go, and the npm openai package when testdata/e2e/node/node_modules exists).
 test-e2e: build
 	CELFLOW_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags e2e ./cmd/celflow/e2e/...
-	@if [ -d testdata/e2e/node/node_modules ]; then \
-		CELFLOW_BIN=$(CURDIR)/$(BIN) node testdata/e2e/node/run.mjs; \
-	else echo "node e2e skipped: run 'npm ci --prefix testdata/e2e/node' first (.ci/run does)"; fi
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

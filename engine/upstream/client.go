@@ -15,7 +15,7 @@ type client struct {
 	direct      bool
 	gateway     string // base URL without trailing slash (gateway mode)
 	gatewayHost string
-	render      string // render service base URL without trailing slash
+	render      string          // render service base URL without trailing slash
 	pools       [numRoles]*pool // direct mode; nil entry = no endpoints
 	rt          *http.Transport
 }
