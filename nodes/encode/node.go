@@ -224,3 +224,8 @@ var (
 	_ engine.Node   = (*Node)(nil)
 	_ engine.Merger = (*Node)(nil)
 )
+
+var (
+	_ engine.Node   = (*Node)(nil)
+	_ engine.Merger = (*Node)(nil)
+)
