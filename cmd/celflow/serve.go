@@ -115,7 +115,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		Listen:            s.Listen,
 		Runners:           runners,
 		Metrics:           m.Handler(),
-		Observe:           observer(m),
+		Observe:           m.Observe,
 		InFlight:          m.InFlight,
 		Log:               log,
 		MaxBodyBytes:      s.MaxBodyBytes(),
@@ -147,23 +147,4 @@ func logLevel(cfg string, v int) (logrus.Level, error) {
 		return 0, fmt.Errorf("-v %d: want 0, 1 or 2", v)
 	}
 	return logrus.ParseLevel(cfg)
-}
-
-// observer feeds the front's per-request observations to the metrics.
-// Requests no route matched count under the fixed route "unmatched".
-func observer(m *metrics.Metrics) func(*front.Observation) {
-	return func(o *front.Observation) {
-		route := "unmatched"
-		if o.Route != 0 {
-			route = o.Route.Path()
-		}
-		if o.Report != nil {
-			m.ObserveReport(route, o.Status, o.Report, o.Run)
-		} else {
-			m.ObserveRequest(route, "", o.Status, o.Duration)
-		}
-		if o.Stream && o.FirstByte > 0 {
-			m.ObserveTTFT(route, o.FirstByte)
-		}
-	}
 }
