@@ -4,13 +4,11 @@ import (
 	"context"
 	"net/http"
 
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/telemetry"
 )
-
-var traceContext propagation.TraceContext
 
 // TraceHeaders returns traceparent (and tracestate) naming the node's span
 // as parent, when tracing is on: the span context is valid and the span is
@@ -24,9 +22,7 @@ func TraceHeaders(x *engine.Exec) http.Header {
 	if !sc.IsValid() || !(sc.IsSampled() || x.Span.IsRecording()) {
 		return nil
 	}
-	h := make(http.Header, 2)
-	ctx := trace.ContextWithSpanContext(context.Background(), sc)
-	traceContext.Inject(ctx, propagation.HeaderCarrier(h))
+	h := telemetry.LegTrace(trace.ContextWithSpanContext(context.Background(), sc))
 	if len(h) == 0 {
 		return nil
 	}
