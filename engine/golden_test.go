@@ -14,7 +14,7 @@ var update = flag.Bool("update", false, "rewrite the golden files of testdata/wo
 
 // TestInvalidGolden loads every invalid workflow and compares its
 // diagnostics with the .golden file beside it. Run with -update to rewrite.
-// ACCEPTANCE 21, 22, 23, 30, 40, 41, 42, 43, 44, 45, 46, 47, 48.
+// ACCEPTANCE 21, 22, 23, 26, 28, 30, 40, 41, 42, 43, 44, 45, 46, 47, 48.
 func TestInvalidGolden(t *testing.T) {
 	files, err := filepath.Glob("../testdata/workflows/invalid/*.yaml")
 	if err != nil || len(files) == 0 {

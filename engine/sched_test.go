@@ -355,7 +355,9 @@ func TestRetries(t *testing.T) {
 }
 
 // Fan-out: the cap holds, items stay in order, the first failure beyond
-// tolerate cancels the rest.
+// tolerate cancels the rest. ACCEPTANCE 126: max_parallel 2 over more than
+// 5 items never has more than 2 in flight (the cap is the scheduler's, the
+// same for the real encode node).
 func TestFanOut(t *testing.T) {
 	body := `{"messages":[{"content":[` + strings.Repeat(`{"type":"image_url"},`, 5) + `{"type":"image_url"}]}]}`
 	w := load(t, `

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -105,4 +106,40 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// ACCEPTANCE 182 (span side): a client that leaves while a node runs marks
+// that node's span cancelled; the node after it is never started.
+func TestSpanCancelled(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+	defer otel.SetTracerProvider(prev)
+
+	w := load(t, `
+nodes:
+  - {id: slow, type: t-noop, params: {delay: 5s}}
+  - {id: decode, type: t-decode, needs: [slow]}
+`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	time.AfterFunc(50*time.Millisecond, cancel) // the client leaves
+	r := serve(t, w, ctx, engine.RouteChat, `{}`)
+	if r.rep.Err == nil || r.rep.Err.Kind != engine.KindCancelled {
+		t.Fatalf("err %v", r.rep.Err)
+	}
+	var got string
+	for _, s := range rec.Ended() {
+		if s.Name() != "slow" {
+			continue
+		}
+		for _, kv := range s.Attributes() {
+			if kv.Key == engine.AttrNodeStatus {
+				got = kv.Value.AsString()
+			}
+		}
+	}
+	if got != "cancelled" {
+		t.Fatalf("slow span status %q, want cancelled", got)
+	}
 }

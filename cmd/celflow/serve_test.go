@@ -183,6 +183,25 @@ workflow:
 		t.Errorf("metrics %d:\n%.400s", resp.StatusCode, b)
 	}
 
+	// ACCEPTANCE 199: the gateway goes away (connection refused): 502 with
+	// a JSON error body, not an empty one.
+	gw.Close()
+	req, _ = http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("X-Request-Id", "e2e-2")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var e struct {
+		Error struct{ Message, Type, Code string } `json:"error"`
+	}
+	if resp.StatusCode != 502 || resp.Header.Get("Content-Type") != "application/json" || json.Unmarshal(b, &e) != nil ||
+		e.Error.Code != "bad_gateway" || !strings.HasSuffix(e.Error.Message, "(request_id: e2e-2)") {
+		t.Errorf("unreachable gateway: %d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+
 	cancel()
 	select {
 	case code := <-exit:

@@ -209,7 +209,7 @@ func (e *Env) Compile(src string, kind Kind) (*Expr, []Issue) {
 		}
 	default:
 		if t.Kind() != types.BoolKind && t.Kind() != types.DynKind {
-			return nil, []Issue{{Line: 1, Col: 0, Msg: fmt.Sprintf("a %s must be a bool expression, got %s", kind, typeName(t))}}
+			return nil, []Issue{{Line: 1, Col: 0, Msg: fmt.Sprintf("%s must be a bool expression, got %s", withArticle(kind.String()), typeName(t))}}
 		}
 	}
 	prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
@@ -307,4 +307,12 @@ func Distance(a, b string) int {
 		}
 	}
 	return d[len(ra)][len(rb)]
+}
+
+// withArticle puts "a" or "an" before a noun phrase.
+func withArticle(s string) string {
+	if s != "" && strings.ContainsRune("aeiou", rune(s[0])) {
+		return "an " + s
+	}
+	return "a " + s
 }

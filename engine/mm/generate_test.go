@@ -44,6 +44,8 @@ func TestParseGenerateOK(t *testing.T) {
 	}{
 		{"text only", `{"model":"m","token_ids":[1, 2,3],"sampling_params":{"max_tokens":5}}`, 3, nil, `[1, 2,3]`},
 		{"features null", `{"token_ids":[1,2],"features":null,"sampling_params":null}`, 2, nil, `[1,2]`},
+		// ACCEPTANCE 103: extra_args may be an object.
+		{"extra_args object", `{"token_ids":[1,2],"sampling_params":{"temperature":0.2,"extra_args":{"k":[1]}}}`, 2, nil, `[1,2]`},
 		{"one image, no kwargs: cache hit", `{"token_ids":[1,9,9,9,17],"features":{"mm_hashes":{"image":["h0"]},"mm_placeholders":{"image":[{"offset":1,"length":3}]}}}`, 5,
 			[]engine.MediaItem{{Index: 0, Modality: "image", Part: 0, Hash: "h0", Offset: 1, Length: 3, Kwargs: []byte("null"), HasFeatures: true}}, ""},
 		{"two images, mixed kwargs", `{"token_ids":[1,9,9,8,8,8],"sampling_params":{"extra_args":null},"features":{"mm_hashes":{"image":["a","b"]},` +

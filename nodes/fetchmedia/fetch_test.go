@@ -245,7 +245,10 @@ func TestFetchSizeCaps(t *testing.T) {
 	const mib = 1 << 20
 	exact := make([]byte, mib)
 	copy(exact, pngBytes(t, 2))
-	var bodyRead atomic.Bool
+	// overDone reports how the /over-cl handler ended: true when celflow
+	// dropped the connection before the 64 slow chunks were all written
+	// (the body was not read), false when it read them all.
+	overDone := make(chan bool, 1)
 	srv := newMediaServer(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "image/png")
 		switch r.URL.Path {
@@ -258,15 +261,17 @@ func TestFetchSizeCaps(t *testing.T) {
 			// Write the body slowly: a client that reads it would keep us here.
 			for i := 0; i < 64; i++ {
 				if _, err := w.Write(make([]byte, mib/64+1)); err != nil {
+					overDone <- true
 					return
 				}
-				bodyRead.Store(true)
 				select {
 				case <-r.Context().Done():
+					overDone <- true
 					return
 				case <-time.After(20 * time.Millisecond):
 				}
 			}
+			overDone <- false
 		case "/over-chunked":
 			for i := 0; i < 3; i++ {
 				_, _ = w.Write(make([]byte, mib/2))
@@ -286,6 +291,14 @@ func TestFetchSizeCaps(t *testing.T) {
 	wantErr(t, res, engine.KindInvalidMedia, "1048577 bytes", "1 MiB")
 	if st.Media != nil {
 		t.Error("items after a failure")
+	}
+	select {
+	case early := <-overDone:
+		if !early {
+			t.Error("a Content-Length over the cap: the body was read to its end")
+		}
+	case <-time.After(3 * time.Second):
+		t.Error("the over-cap download was neither read nor dropped")
 	}
 	res, _ = run(t, n, chat(imagePart(srv.URL+"/over-chunked")))
 	wantErr(t, res, engine.KindInvalidMedia, "larger than the 1 MiB limit")

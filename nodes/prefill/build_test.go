@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/upstream"
@@ -59,6 +60,19 @@ func TestBuild(t *testing.T) {
 				t.Fatalf("got %v, want an error at %q", err, tc.path)
 			}
 		})
+	}
+}
+
+// ACCEPTANCE 19: with no params and no workflow defaults, prefill uses
+// kv-shared-storage, ec-shared-storage, the OpenAI format and a 60s TTFB.
+func TestBuildDefaults(t *testing.T) {
+	n, err := Build(&engine.BuildContext{}, json.RawMessage(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := n.(*Prefill)
+	if p.kv.Name() != "kv-shared-storage" || p.ec.Name() != "ec-shared-storage" || p.tokensIn || p.ttfb != 60*time.Second {
+		t.Fatalf("defaults: kv %s ec %s tokens-in %v ttfb %v", p.kv.Name(), p.ec.Name(), p.tokensIn, p.ttfb)
 	}
 }
 

@@ -1,6 +1,7 @@
 package prefill_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -223,7 +224,7 @@ func TestSGLangConcurrentClientGone(t *testing.T) {
 func TestSGLangRooms(t *testing.T) {
 	p, d, pw, dw := concurrentSetup(t, nil, nil)
 	rooms := map[string]bool{}
-	const n = 200
+	const n = 1000 // the item says 1,000 requests
 	for i := 0; i < n; i++ {
 		run, _ := legtest.Run(t, engine.RouteCompletions, `{"prompt":"x"}`, nil)
 		done := make(chan engine.Result, 1)
@@ -250,6 +251,11 @@ func TestSGLangRooms(t *testing.T) {
 	}
 	for i := range dc {
 		byRoom[field(reRoom, dc[i].Body)]++
+	}
+	for _, c := range append(pc, dc...) {
+		if bytes.Contains(c.Body, []byte("kv_transfer_params")) {
+			t.Fatalf("kv-sglang leg carries kv_transfer_params: %s", c.Body)
+		}
 	}
 	if len(rooms) != n {
 		t.Fatalf("%d distinct rooms of %d", len(rooms), n)

@@ -330,7 +330,8 @@ func TestRenderLimits(t *testing.T) {
 	}
 }
 
-// ACCEPTANCE 29 and param checks.
+// ACCEPTANCE 29 and param checks; ACCEPTANCE 25: a negative limit fails,
+// 0 (no limit) loads.
 func TestRenderBuild(t *testing.T) {
 	nt, _ := engine.LookupType(TypeName)
 	bad := map[string]string{
@@ -339,6 +340,7 @@ func TestRenderBuild(t *testing.T) {
 		`{"address":"render:8100"}`:             "invalid URL",
 		`{"address":"http://r","endpoint":"x"}`: "unknown field",
 		`{"address":"http://r","max_total_tokens":-1}`:              "at least 0",
+		`{"address":"http://r","max_total_placeholder_tokens":-1}`:  "at least 0",
 		`{"address":"http://r","max_total_placeholder_tokens":4.5}`: "integer",
 		`{"address":"http://r","max_total_tokens":"5"}`:             "",
 		`{"address":"http://r","ttfb_timeout":"30"}`:                "duration",
@@ -359,6 +361,9 @@ func TestRenderBuild(t *testing.T) {
 		if !errors.As(err, &pe) && !errors.As(err, &pes) {
 			t.Errorf("%s: %T is not a ParamError", raw, err)
 		}
+	}
+	if _, err := nt.Build(&engine.BuildContext{}, json.RawMessage(`{"address":"http://r","max_total_tokens":0,"max_total_placeholder_tokens":0}`)); err != nil {
+		t.Fatalf("limits of 0 (no limit): %v", err)
 	}
 	n, err := nt.Build(&engine.BuildContext{}, json.RawMessage(`{"address":"http://r:8100","max_total_tokens":5.0}`))
 	if err != nil {

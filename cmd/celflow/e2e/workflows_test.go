@@ -24,26 +24,37 @@ func TestTokensIn(t *testing.T) {
 	st := startStack(t, stackOpts{gateway: true, workflow: "epd-tokens-in.yaml"})
 	c := st.client()
 
+	// ACCEPTANCE 156: the request of item 155 (an inline PNG, min_tokens 3,
+	// max_tokens 5) with tokens-in on: encode and prefill use
+	// /inference/v1/generate, the reply is 200, and the client's min/max
+	// tokens reach decode alone.
 	t.Run("chat with an inline PNG", func(t *testing.T) {
 		id := "e2e-tokens-in-chat"
 		png := demo.SamplePNG(demo.SampleWidth, demo.SampleHeight)
+		var hr *http.Response
 		resp, err := c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: model, MaxTokens: openai.Int(5),
 			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage([]openai.ChatCompletionContentPartUnionParam{
 				openai.TextContentPart(prompt("tokens-in chat")),
 				openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: "data:image/png;base64," + base64.StdEncoding.EncodeToString(png)}),
-			})}}, reqOpts(id)...)
+			})}}, reqOpts(id, option.WithJSONSet("min_tokens", 3), option.WithResponseInto(&hr))...)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if hr.StatusCode != http.StatusOK {
+			t.Errorf("reply status %d, want 200", hr.StatusCode)
+		}
 		if resp.Choices[0].Message.Content == "" {
 			t.Errorf("empty answer: %s", resp.RawJSON())
+		}
+		if u := resp.Usage.CompletionTokens; u < 3 || u > 5 {
+			t.Errorf("completion tokens %d, want 3..5 (min_tokens 3, max_tokens 5)", u)
 		}
 		legs := st.legs(id)
 		roleLegs(t, legs)
 		st.assertMiss(t, id, legs)
 		e := commonLeg(check(t, one(t, legs, "encode"), "encode"), id).path("/inference/v1/generate").header("Epp-Profile", "encode")
 		e.eq("model", model).eq("stream", false).eq("sampling_params.max_tokens", 1).ints("token_ids")
-		e.present("features.kwargs_data.image.0").absent("request_id", "sampling_params.min_tokens", "messages", "tokens")
+		e.present("features.kwargs_data.image.0").absent("request_id", "sampling_params.min_tokens", "min_tokens", "max_tokens", "messages", "tokens")
 		hashes := e.strs("features.mm_hashes.image")
 		if len(hashes) != 1 {
 			t.Fatalf("encode hashes %q, want one", hashes)
@@ -53,9 +64,9 @@ func TestTokensIn(t *testing.T) {
 		p.eq("features.mm_hashes.image", hashes).present("features.kwargs_data.image.0", "features.mm_placeholders.image.0")
 		p.eq("sampling_params.max_tokens", 1).eq("sampling_params.extra_args.kv_transfer_params.do_remote_decode", true)
 		p.present("sampling_params.extra_args.ec_transfer_params." + hashes[0])
-		p.absent("kv_transfer_params", "ec_transfer_params", "messages", "sampling_params.min_tokens")
+		p.absent("kv_transfer_params", "ec_transfer_params", "messages", "sampling_params.min_tokens", "min_tokens", "max_tokens")
 		d := commonLeg(check(t, one(t, legs, "decode"), "decode"), id).path("/v1/chat/completions").header("Epp-Profile", "decode")
-		d.eq("max_tokens", 5).eq("kv_transfer_params.do_remote_prefill", true).ints("tokens.token_ids")
+		d.eq("max_tokens", 5).eq("min_tokens", 3).eq("kv_transfer_params.do_remote_prefill", true).ints("tokens.token_ids")
 		d.absent("sampling_params", "ec_transfer_params", "token_ids")
 		if parts := mediaParts(d.leg.body); len(parts) != 1 || parts[0]["uuid"] != hashes[0] {
 			d.fail("the image part must carry uuid %s", hashes[0])
