@@ -5,7 +5,7 @@ PKGS    := ./...
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: build test test-unit test-e2e lint validate bench bench-go demo clean
+.PHONY: build test test-unit test-e2e lint validate bench bench-go demo trace-demo clean
 
 build: $(BIN)
 
@@ -42,6 +42,38 @@ bench: build bench-go
 ## demo: simulated workers + celflow on loopback, four requests through the E/P/D workflow.
 demo: build
 	$(BIN) demo
+
+## trace-demo: the demo with tracing on. Builds Jaeger once (.ci/jaeger.sh, cached), starts it
+## with .ci/jaeger-config.yaml on its default loopback ports (JAEGER_*_PORT move them), runs
+## `celflow demo` exporting to it, and prints how to read the traces back from the query API.
+## From a terminal Jaeger stays up until Enter or Ctrl-C; otherwise it stops at once.
+trace-demo: build
+	@set -eu; \
+	jaeger=$$(bash .ci/jaeger.sh); \
+	otlp=http://127.0.0.1:$${JAEGER_OTLP_HTTP_PORT:-4318}; query=http://127.0.0.1:$${JAEGER_QUERY_HTTP_PORT:-16686}; \
+	log=$$(mktemp); out=$$(mktemp); \
+	"$$jaeger" --config .ci/jaeger-config.yaml >"$$log" 2>&1 & pid=$$!; \
+	trap 'kill $$pid 2>/dev/null || true; wait $$pid 2>/dev/null || true; rm -f "$$log" "$$out"' EXIT; \
+	trap 'exit 130' INT TERM; \
+	for i in $$(seq 300); do \
+	  curl -sf -o /dev/null "$$query/api/services" && break; \
+	  kill -0 $$pid 2>/dev/null || { cat "$$log"; echo "trace-demo: jaeger exited (ports in use? set JAEGER_*_PORT)"; exit 1; }; \
+	  [ $$i -lt 300 ] || { cat "$$log"; echo "trace-demo: jaeger not ready after 30s"; exit 1; }; \
+	  sleep 0.1; \
+	done; \
+	echo "jaeger: OTLP $$otlp, query API $$query (in-memory store)"; \
+	OTEL_EXPORTER_OTLP_ENDPOINT=$$otlp OTEL_SERVICE_NAME=celflow $(BIN) demo | tee "$$out"; \
+	sleep 0.5; \
+	echo; echo "Traces in Jaeger (spans per trace, from the query API):"; \
+	for id in $$(sed -n 's/^   trace: \([0-9a-f]*\)$$/\1/p' "$$out"); do \
+	  printf '  %s  %s spans\n' $$id $$(curl -sf "$$query/api/traces/$$id" | grep -o '"operationName"' | wc -l); \
+	done; \
+	id=$$(sed -n 's/^   trace: \([0-9a-f]*\)$$/\1/p' "$$out" | sed -n 3p); \
+	echo; echo "Read one back (the image chat):"; \
+	echo "  curl -s $$query/api/traces/$$id | jq '.data[0].spans[] | {operationName, references, tags}'"; \
+	echo "  curl -s '$$query/api/traces?service=celflow&limit=20'"; \
+	echo "The UI at $$query/ is a placeholder: a go build of Jaeger embeds no UI assets (release builds do)."; \
+	if [ -t 0 ]; then echo; echo "Jaeger stays up: press Enter (or Ctrl-C) to stop it."; read _ || true; fi
 
 clean:
 	rm -rf bin

@@ -203,6 +203,13 @@ func (rs *run) complete(c completion) {
 	if (c.status == StatusFailed || c.status == StatusTimedOut) && rs.retry(i, c) {
 		return
 	}
+	// Whether an edge handles a failure is decided before the span ends, so
+	// a routed failure (the 412 of a prefix miss) is not an error in traces.
+	handled := false
+	if (c.status == StatusFailed || c.status == StatusTimedOut) && !rs.stopped {
+		handled = rs.handled(i)
+		o.Handled = handled
+	}
 	rs.decideRunning(i, c.res.Attrs)
 	switch c.status {
 	case StatusCancelled:
@@ -214,7 +221,7 @@ func (rs *run) complete(c completion) {
 		if rs.stopped {
 			return
 		}
-		if !rs.handled(i) {
+		if !handled {
 			rs.fail(c.err)
 			return
 		}

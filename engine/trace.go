@@ -45,6 +45,7 @@ const (
 	AttrNodeReason      = attribute.Key("celflow.node.reason")
 	AttrGuard           = attribute.Key("celflow.guard")
 	AttrEdge            = attribute.Key("celflow.edge")
+	AttrHandled         = attribute.Key("celflow.handled") // a failure routed by an outgoing edge
 	AttrAttempt         = attribute.Key("celflow.attempt")
 	AttrItemIndex       = attribute.Key("celflow.item.index")
 	AttrHTTPStatus      = attribute.Key("http.response.status_code")
@@ -86,8 +87,13 @@ func endSpan(sp trace.Span, o *Outcome, attrs map[string]any) {
 	for k, v := range attrs {
 		kv = append(kv, anyAttr(k, v))
 	}
+	if o.Handled {
+		// A failure an edge routes (a prefix miss's 412) is a path, not an
+		// error: the span keeps status unset and says so.
+		kv = append(kv, AttrHandled.Bool(true))
+	}
 	sp.SetAttributes(kv...)
-	if o.Status == StatusFailed || o.Status == StatusTimedOut {
+	if (o.Status == StatusFailed || o.Status == StatusTimedOut) && !o.Handled {
 		msg := o.Reason
 		if o.Err != nil {
 			msg = o.Err.Error()

@@ -83,8 +83,9 @@ nodes:
 	if got := attr(spans["try_decode"], engine.AttrHTTPStatus).AsInt64(); got != 412 {
 		t.Errorf("try_decode status attr %d", got)
 	}
-	if spans["try_decode"].Status().Code != codes.Error {
-		t.Error("failed node span status not Error")
+	// The 412 is routed by an edge: a path, not an error.
+	if spans["try_decode"].Status().Code == codes.Error || !attr(spans["try_decode"], engine.AttrHandled).AsBool() {
+		t.Error("handled failure: span status Error or celflow.handled missing")
 	}
 	if attr(spans["encode"], engine.AttrEdge).AsString() != "try_decode[response.status == 412]" {
 		t.Error("encode edge attribute")
@@ -142,4 +143,31 @@ nodes:
 	if got != "cancelled" {
 		t.Fatalf("slow span status %q, want cancelled", got)
 	}
+}
+
+// A failure no edge routes fails the run, and its span has status Error.
+func TestSpanUnhandledFailureIsError(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+	defer otel.SetTracerProvider(prev)
+
+	w := load(t, `
+nodes:
+  - {id: try_decode, type: t-cond-decode, params: {status: 503}}
+  - {id: decode, type: t-decode, needs: [{node: try_decode, if: "response.status == 412"}]}
+`)
+	r := serve(t, w, context.Background(), engine.RouteChat, imageChat)
+	if r.rep.Err == nil {
+		t.Fatal("an unrouted 503 did not fail the run")
+	}
+	for _, s := range rec.Ended() {
+		if s.Name() == "try_decode" {
+			if s.Status().Code != codes.Error {
+				t.Errorf("unhandled failure: span status %v, want Error", s.Status().Code)
+			}
+			return
+		}
+	}
+	t.Fatal("no try_decode span")
 }

@@ -142,7 +142,7 @@ func (n *Node) call(ctx context.Context, x *engine.Exec, path string, body []byt
 		}
 		return nil, engine.Result{HTTPStatus: status, Err: e, Attrs: attrs}
 	}
-	attrs["celflow.ttfb_ms"] = time.Since(start).Milliseconds()
+	attrs[string(leg.AttrTTFB)] = float64(time.Since(start).Microseconds()) / 1000
 	raw, e := leg.ReadJSON(x, resp, replyLimit)
 	res := engine.Result{HTTPStatus: resp.StatusCode, Attrs: attrs}
 	if e != nil {

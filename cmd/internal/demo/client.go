@@ -20,7 +20,8 @@ type Reply struct {
 	Error       string // the OpenAI error message of a non-2xx reply
 }
 
-// post sends one chat request with x-request-id id and reads the whole reply.
+// post sends one chat request with x-request-id id, and the trace context
+// of ctx when tracing is on, and reads the whole reply.
 func post(ctx context.Context, c *http.Client, url, id string, body []byte) (*Reply, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
@@ -28,6 +29,7 @@ func post(ctx context.Context, c *http.Client, url, id string, body []byte) (*Re
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Request-Id", id)
+	injectTrace(ctx, req.Header)
 	resp, err := c.Do(req)
 	if err != nil {
 		return nil, err

@@ -49,6 +49,13 @@ func Run(opts Options, stdout, stderr io.Writer) int {
 		opts.Model = "celflow-sim"
 	}
 	start := time.Now()
+	// Before the stack, so that its flush runs after the stack has stopped.
+	stopTracing, err := startTracing(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "celflow demo: tracing: %v\n", err)
+		return 1
+	}
+	defer stopTracing()
 	st, err := Start(opts.Stack)
 	if err != nil {
 		fmt.Fprintf(stderr, "celflow demo: %v\n", err)
@@ -173,7 +180,9 @@ func runCase(ctx context.Context, out io.Writer, st *Stack, client *http.Client,
 	since := st.seqs()
 	st.Reports.Expect(id)
 	fmt.Fprintf(out, "\n[%d/%d] %s\n", n, total, c.title)
+	ctx, span := clientSpan(ctx, c.title)
 	rep, err := post(ctx, client, st.Celflow.URL+"/v1/chat/completions", id, body)
+	span.End()
 	if err != nil {
 		return err
 	}
@@ -184,6 +193,9 @@ func runCase(ctx context.Context, out io.Writer, st *Stack, client *http.Client,
 		return fmt.Errorf("celflow reported nothing for request %s", id)
 	}
 	fmt.Fprintf(out, "   POST /v1/chat/completions  x-request-id: %s  →  HTTP %d in %s\n", id, rep.Status, ms(fin.Duration))
+	if tid := traceID(span); tid != "" {
+		fmt.Fprintf(out, "   trace: %s\n", tid)
+	}
 	printPath(out, fin.Report)
 	printLegs(out, fin.Report, st.legsSince(since))
 	if rep.Status != http.StatusOK {

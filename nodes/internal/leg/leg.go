@@ -9,11 +9,21 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/upstream"
+)
+
+// Span attributes the leg helpers set on the calling node's span, beside
+// the ones nodes return in Result.Attrs (Attrs below). Render sets the same
+// keys itself.
+const (
+	AttrTTFB    = attribute.Key("celflow.ttfb_ms")  // send to response headers, milliseconds (µs precision)
+	AttrBytesIn = attribute.Key("celflow.bytes_in") // a JSON reply's body as read (decompressed)
 )
 
 // RoleName is the name a leg's role takes in messages: the role, or "render".
@@ -31,9 +41,20 @@ func RoleName(r upstream.Role) string {
 //   - anything else (transport) ⇒ KindBadGateway "<role> unreachable".
 //
 // The response is returned whatever its status; the caller owns its body.
+//
+// With tracing on, the time to the response headers goes on the node's (or
+// item's) span as celflow.ttfb_ms (issue 6); a retry's attempt overwrites it.
 func Do(ctx context.Context, x *engine.Exec, c *upstream.Client, base string, l *upstream.Leg) (*http.Response, *engine.Error) {
+	var start time.Time
+	recording := x != nil && x.Span != nil && x.Span.IsRecording()
+	if recording { // no clock read on the untraced hot path
+		start = time.Now()
+	}
 	resp, err := c.Send(ctx, base, l)
 	if err == nil {
+		if recording {
+			x.Span.SetAttributes(AttrTTFB.Float64(ms(time.Since(start))))
+		}
 		return resp, nil
 	}
 	if resp != nil && resp.Body != nil {
@@ -110,6 +131,7 @@ func reject(x *engine.Exec, name string, resp *http.Response) *engine.Error {
 // ReadJSON reads a 2xx body (at most limit bytes, decompressed) and requires
 // valid JSON: a 204, an empty or a non-JSON body is KindBadGateway
 // "…returned an unparseable body" (ACCEPTANCE 198). It closes the body.
+// With tracing on, the bytes read go on the span as celflow.bytes_in.
 func ReadJSON(x *engine.Exec, resp *http.Response, limit int64) ([]byte, *engine.Error) {
 	b, err := upstream.ReadBody(resp, limit)
 	if err != nil {
@@ -119,6 +141,9 @@ func ReadJSON(x *engine.Exec, resp *http.Response, limit int64) ([]byte, *engine
 		e := engine.Errorf(engine.KindBadGateway, "upstream reply could not be read")
 		e.Cause = err
 		return nil, e
+	}
+	if x != nil && x.Span != nil && x.Span.IsRecording() {
+		x.Span.SetAttributes(AttrBytesIn.Int(len(b)))
 	}
 	if len(b) == 0 || !json.Valid(b) {
 		Log(x).WithFields(logrus.Fields{
@@ -153,3 +178,6 @@ func Log(x *engine.Exec) *logrus.Entry {
 	}
 	return logrus.WithFields(f)
 }
+
+// ms is d in milliseconds with microsecond precision, for span attributes.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
