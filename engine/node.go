@@ -281,6 +281,9 @@ type KVHandoff struct {
 	Params json.RawMessage
 	// Bootstrap fields (kv-sglang) to set at the top level of both legs.
 	Bootstrap *Bootstrap
+	// ReadyAt is when prefill's answer was read and the handoff recorded;
+	// decode measures the hand-over time from it (FIELD-NOTES 6).
+	ReadyAt time.Time
 }
 
 // Bootstrap is SGLang's rendezvous (PROTOCOL 9).

@@ -2,6 +2,7 @@ package decode
 
 import (
 	"context"
+	"time"
 
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/upstream"
@@ -91,6 +92,17 @@ func (n *Decode) send(ctx context.Context, x *engine.Exec, in *bodyIn, s *leg.SG
 	l.Relay = true
 	for k, v := range leg.Attrs(t, l) {
 		res.Attrs[k] = v
+	}
+	// Hand-over time (FIELD-NOTES 6, PERFORMANCE.md): from prefill's answer
+	// to this request being handed to the transport; what follows until
+	// decode's first byte is the worker's (celflow.ttfb_ms).
+	if ready := x.Run.State.KV.ReadyAt; !ready.IsZero() {
+		h := time.Since(ready)
+		if res.Outputs == nil {
+			res.Outputs = make(map[string]any, 1)
+		}
+		res.Outputs["handover"] = h
+		res.Attrs["celflow.handover_ms"] = float64(h.Microseconds()) / 1000
 	}
 	resp, e := leg.Send(ctx, x, n.client, t.Base, l)
 	t.Done(leg.Failed(resp, e))

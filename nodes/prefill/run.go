@@ -3,6 +3,7 @@ package prefill
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/celflow/celflow/connectors/ec"
 	"github.com/celflow/celflow/connectors/kv"
@@ -38,14 +39,14 @@ func (n *Prefill) Run(ctx context.Context, x *engine.Exec) engine.Result {
 		if e != nil {
 			return fail(res, e)
 		}
-		st.KV = engine.KVHandoff{PrefillRan: true, Bootstrap: b}
+		st.KV = engine.KVHandoff{PrefillRan: true, Bootstrap: b, ReadyAt: time.Now()}
 		return res
 	}
 	params, e := n.handoff(reply)
 	if e != nil {
 		return fail(res, e)
 	}
-	st.KV = engine.KVHandoff{PrefillRan: true, Params: params}
+	st.KV = engine.KVHandoff{PrefillRan: true, Params: params, ReadyAt: time.Now()}
 	return res
 }
 

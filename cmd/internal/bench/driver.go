@@ -14,9 +14,11 @@ import (
 
 // Load is one closed-loop cell: Conc workers each send a request, read the
 // whole reply, and send the next, first for Warmup (not recorded), then for
-// Duration (recorded). A request counts when it started inside the measured
-// window and completed by its end. MaxRequests bounds the total sent,
-// warm-up included, so a broken fast path cannot spin forever.
+// Duration (recorded). A request counts when it completes inside the
+// measured window, wherever it started: throughput is completions per
+// second of window, unbiased however long a request takes next to the
+// window. MaxRequests bounds the total sent, warm-up included, so a broken
+// fast path cannot spin forever.
 type Load struct {
 	URL         string
 	Body        []byte
@@ -41,6 +43,21 @@ type Result struct {
 	// FirstError describes the first failure seen (warm-up included), for
 	// the log: a benchmark of error replies measures nothing.
 	FirstError string
+
+	samples []time.Duration // OK latencies, kept for Merge
+}
+
+// Merge adds another window's measurements of the same cell (a later
+// round) to r.
+func (r *Result) Merge(o Result) {
+	r.OK += o.OK
+	r.Errors += o.Errors
+	r.Window += o.Window
+	if r.FirstError == "" {
+		r.FirstError = o.FirstError
+	}
+	r.samples = append(r.samples, o.samples...)
+	r.Latency = Summarise(r.samples)
 }
 
 // RPS is completed 2xx requests per second of window.
@@ -88,7 +105,7 @@ func (l Load) Run(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{OK: len(samples), Errors: errs, Window: l.Duration, Latency: Summarise(samples), FirstError: first}, nil
+	return Result{OK: len(samples), Errors: errs, Window: l.Duration, Latency: Summarise(samples), FirstError: first, samples: samples}, nil
 }
 
 // window is the shape of a closed-loop run.
@@ -101,8 +118,8 @@ type window struct {
 
 // closedLoop runs w.conc workers calling fn back to back until the window
 // closes or w.max calls were made. It keeps the sample of each call that
-// started at or after the window opened and ended by its close; errors are
-// counted the same way. first is the first error seen, warm-up included.
+// ended inside the window; errors are counted the same way. first is the
+// first error seen, warm-up included.
 func closedLoop[S any](ctx context.Context, w window, fn func(context.Context) (S, error)) (samples []S, errs int, first string, err error) {
 	begin := time.Now()
 	t0 := begin.Add(w.warmup)
@@ -130,7 +147,7 @@ func closedLoop[S any](ctx context.Context, w window, fn func(context.Context) (
 					msg := err.Error()
 					firstErr.CompareAndSwap(nil, &msg)
 				}
-				if start.Before(t0) || end.After(t1) {
+				if end.Before(t0) || end.After(t1) {
 					continue
 				}
 				if err != nil {

@@ -21,8 +21,10 @@ type GoBench struct {
 }
 
 // goBenchPkgs are the hot-path packages: the engine walk, CEL guards, jsonb,
-// the upstream client and SSE relay, media scanning, body building per leg.
-var goBenchPkgs = []string{"./engine/...", "./nodes/..."}
+// the upstream client and SSE relay, media scanning, body building per leg;
+// and this one, whose BenchmarkServe is a whole request through the front,
+// the engine and the nodes (the per-request allocation budget).
+var goBenchPkgs = []string{"./engine/...", "./nodes/...", "./cmd/internal/bench"}
 
 // runGoBench runs the micro-benchmarks in the module at dir and parses them.
 // The command's output is returned as well, for the error case.

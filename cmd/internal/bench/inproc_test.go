@@ -75,6 +75,13 @@ func TestInProcessPaths(t *testing.T) {
 				t.Errorf("%s/%s: %d %.200s", f.key, b.key, rec.Code, rec.Body.String())
 			}
 		}
+		if f.key != "epd" {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(imageBody())))
+			if rec.Code != http.StatusOK {
+				t.Errorf("%s/image: %d %.300s", f.key, rec.Code, rec.Body.String())
+			}
+		}
 		rec := httptest.NewRecorder()
 		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(chatBody("x", true)))
 		req.Header.Set("Accept", "text/event-stream")
@@ -93,9 +100,14 @@ func TestInProcessPaths(t *testing.T) {
 func BenchmarkServe(b *testing.B) {
 	w := httptest.NewServer(&Worker{})
 	defer w.Close()
+	img := body{"image1MB", "1 MiB image", imageBody()}
 	for _, f := range flows {
 		h := inProcess(b, f, w.URL)
-		for _, bd := range bodies() {
+		cases := bodies()
+		if f.key != "epd" { // E/P/D with media needs a worker that renders features
+			cases = append(cases, img)
+		}
+		for _, bd := range cases {
 			b.Run(f.key+"/"+bd.key, func(b *testing.B) {
 				b.ReportAllocs()
 				b.SetBytes(int64(len(bd.data)))

@@ -42,11 +42,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	out := fs.String("out", "docs/benchmarks.md", "the Markdown report to write")
 	bin := fs.String("bin", "", "celflow binary the children run (default: this executable)")
 	dur := fs.Duration("duration", 5*time.Second, "measured time per cell")
-	warm := fs.Duration("warmup", time.Second, "warm-up per cell, not recorded")
+	warm := fs.Duration("warmup", 1500*time.Millisecond, "warm-up per cell, not recorded")
 	conc := fs.String("conc", "1,16,64", "closed-loop concurrencies")
 	sconc := fs.String("stream-conc", "1,16", "concurrencies of the streaming cells")
 	chunks := fs.Int("chunks", 20, "SSE events per streamed reply")
 	gap := fs.Duration("gap", 2*time.Millisecond, "time between two SSE events at the worker")
+	rounds := fs.Int("rounds", 5, "windows per cell, interleaved across the paths (duration and warm-up are split over them)")
 	quick := fs.Bool("quick", false, "a few seconds: short cells, concurrency 1 and 16, no Go micro-benchmarks")
 	goBench := fs.String("go-bench", "auto", "Go micro-benchmarks: auto (when go is on PATH and not --quick), on, off")
 	if err := fs.Parse(args); err != nil {
@@ -59,7 +60,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "celflow bench: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	o := Options{Bin: *bin, Warmup: *warm, Duration: *dur, Chunks: *chunks, Gap: *gap, Progress: stderr}
+	o := Options{Bin: *bin, Warmup: *warm, Duration: *dur, Chunks: *chunks, Gap: *gap, Rounds: *rounds, Progress: stderr}
 	var err error
 	if o.Conc, err = parseInts(*conc); err == nil {
 		o.StreamConc, err = parseInts(*sconc)
@@ -68,8 +69,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "celflow bench: %v\n", err)
 		return 2
 	}
+	if *rounds < 1 || *rounds > 100 {
+		fmt.Fprintf(stderr, "celflow bench: --rounds %d: want 1..100\n", *rounds)
+		return 2
+	}
 	if *quick {
-		o.Warmup, o.Duration, o.Conc, o.StreamConc, o.Chunks = 100*time.Millisecond, 300*time.Millisecond, []int{1, 16}, []int{1}, 5
+		o.Warmup, o.Duration, o.Conc, o.StreamConc, o.Chunks, o.Rounds = 100*time.Millisecond, 400*time.Millisecond, []int{1, 16}, []int{1}, 5, 1
 	}
 	if o.Bin == "" {
 		if o.Bin, err = os.Executable(); err != nil {

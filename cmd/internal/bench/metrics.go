@@ -25,6 +25,10 @@ func (h handover) sub(o handover) handover {
 	return handover{h.Sum - o.Sum, h.Count - o.Count, h.Within02 - o.Within02}
 }
 
+func (h handover) add(o handover) handover {
+	return handover{h.Sum + o.Sum, h.Count + o.Count, h.Within02 + o.Within02}
+}
+
 // Mean is the mean hand-over (0 with no observations).
 func (h handover) Mean() time.Duration {
 	if h.Count <= 0 {

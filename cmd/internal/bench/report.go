@@ -34,6 +34,7 @@ func Run(ctx context.Context, o Options, out string, runGo bool) error {
 	}
 	prev, _ := os.ReadFile(out)
 	section := extractSection(string(prev))
+	var goErr error
 	if runGo {
 		if _, err := exec.LookPath("go"); err != nil || root == "" {
 			progress(o.Progress, "go micro-benchmarks: skipped (go on PATH: %v, module root %q); section kept", err == nil, root)
@@ -41,16 +42,36 @@ func Run(ctx context.Context, o Options, out string, runGo bool) error {
 			progress(o.Progress, "go micro-benchmarks: go test -bench in %s (a minute or two)", root)
 			gb, raw, err := runGoBench(ctx, root)
 			if err != nil {
-				return fmt.Errorf("%w\n%s", err, tail(raw, 40))
+				// The load results are still worth writing; the section says
+				// what failed and the run exits non-zero.
+				goErr = fmt.Errorf("%w\n%s", err, failures(raw))
 			}
-			section = renderGoBench(gb, raw, m)
+			section = renderGoBench(gb, raw, m, goErr)
 		}
 	}
 	doc := Render(res, m, section)
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(out, []byte(doc), 0o644)
+	if err := os.WriteFile(out, []byte(doc), 0o644); err != nil {
+		return err
+	}
+	return goErr
+}
+
+// failures keeps the lines of `go test` output that say what failed.
+func failures(raw string) string {
+	var keep []string
+	for _, ln := range strings.Split(raw, "\n") {
+		if strings.HasPrefix(ln, "FAIL") || strings.HasPrefix(ln, "--- FAIL") || strings.Contains(ln, "panic:") ||
+			strings.Contains(ln, ".go:") {
+			keep = append(keep, ln)
+		}
+	}
+	if len(keep) > 40 {
+		keep = keep[:40]
+	}
+	return strings.Join(keep, "\n")
 }
 
 // extractSection returns the Go micro-benchmark section of a previous
@@ -66,14 +87,6 @@ func extractSection(doc string) string {
 
 // sectionBench re-reads the results kept in a section's raw output.
 func sectionBench(section string) []GoBench { return parseGoBench(section) }
-
-func tail(s string, lines int) string {
-	ls := strings.Split(strings.TrimSpace(s), "\n")
-	if len(ls) > lines {
-		ls = ls[len(ls)-lines:]
-	}
-	return strings.Join(ls, "\n")
-}
 
 // Render writes the Markdown report.
 func Render(r *Results, m Machine, section string) string {
@@ -91,7 +104,8 @@ func Render(r *Results, m Machine, section string) string {
 	p("| Go | %s |\n", m.GoVersion)
 	p("| commit | %s |\n", orDash(m.Commit))
 	p("| date | %s |\n", m.Date.Format("2006-01-02 15:04 MST"))
-	p("| cells | closed loop, warm-up %s then %s measured, concurrency %s |\n", o.Warmup, o.Duration, joinInts(o.Conc))
+	p("| cells | closed loop, %d interleaved rounds of warm-up %s then %s measured (%s per cell), concurrency %s |\n",
+		max(1, o.Rounds), o.Warmup/time.Duration(max(1, o.Rounds)), o.Duration/time.Duration(max(1, o.Rounds)), o.Duration, joinInts(o.Conc))
 	p("| streams | %d SSE events %s apart per reply, concurrency %s |\n", o.Chunks, o.Gap, joinInts(o.StreamConc))
 	p("\n")
 	p("**Method.** Every server is a separate process of the same binary on 127.0.0.1: the worker\n")
@@ -100,13 +114,21 @@ func Render(r *Results, m Machine, section string) string {
 	p("celflow's default upstream pool settings) and one `celflow serve` per workflow, direct mode, all\n")
 	p("pools the worker, info-level JSON logs to /dev/null, tracing off. One Go load generator in the\n")
 	p("bench process (keep-alive, idle connections ≥ concurrency, HTTP/1.1, no compression) drives\n")
-	p("every cell the same way. A request counts when it starts and ends inside the measured window.\n")
+	p("every cell the same way. A request counts when it completes inside a measured window. Each\n")
+	p("cell is measured in rounds, interleaved across the paths of its table (every other round in\n")
+	p("reverse order), so background load on a shared machine weighs on every path alike.\n")
 	p("CPU per request is the user+system time of the measured process over the window (from\n")
 	p("`/proc/<pid>/stat`, 10 ms ticks) divided by the requests completed; the worker's own CPU is\n")
 	p("shown apart. *Added p50 per hop* is (p50 − legs × direct p50) / legs. The E/P/D cell is a text\n")
-	p("request on the full graph: fetch-media (no media), render (a call to the worker), conditional\n")
-	p("decode (a predicted miss, no call: the worker renders a unique first block), encode (no items),\n")
-	p("prefill, decode.\n\n")
+	p("request on the full graph: fetch-media (no media), render (a call to the worker, which answers\n")
+	p("one token id per 4 body bytes: about 51,000 for the 200 KB prompt, carried on every later leg),\n")
+	p("conditional decode (a predicted miss, no call: the worker renders a unique first block), encode\n")
+	p("(no items), prefill, decode.\n\n")
+	p("**Reproduce, profile.** `make bench` (or `celflow bench --duration 5s --conc 1,16,64`; `--quick`\n")
+	p("for a smoke run). `celflow bench load --url URL --body small|200KB|stream` drives any server\n")
+	p("with the same generator. A whole request through the front, the engine and the nodes, in\n")
+	p("process, for a profile: `go test ./cmd/internal/bench -run '^$' -bench 'Serve/^pd$/200KB'\n")
+	p("-cpuprofile cpu.out` (BenchmarkServe, also in the Go micro-benchmarks below).\n\n")
 
 	p("## Targets\n\n| target | source | measured | result |\n|---|---|---|---|\n")
 	gb := sectionBench(section)
@@ -137,10 +159,10 @@ func Render(r *Results, m Machine, section string) string {
 				}
 				wcpu := "–"
 				if t.key != "direct" {
-					wcpu = us(c.WorkerCPU)
+					wcpu = us(c.WorkerCPU())
 				}
 				p("| %s | %d | %.0f | %s | %s | %s | %s | %s | %s | %d |\n", t.title, t.legs, c.Res.RPS(), ratio,
-					ms(c.Res.Latency.P50), ms(c.Res.Latency.P99), added, us(c.HopCPU), wcpu, c.Res.Errors)
+					ms(c.Res.Latency.P50), ms(c.Res.Latency.P99), added, us(c.HopCPU()), wcpu, c.Res.Errors)
 			}
 			p("\n")
 		}
@@ -185,12 +207,15 @@ func Render(r *Results, m Machine, section string) string {
 }
 
 // renderGoBench is the micro-benchmark section.
-func renderGoBench(gb []GoBench, raw string, m Machine) string {
+func renderGoBench(gb []GoBench, raw string, m Machine, failed error) string {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	p("%s\n## Go micro-benchmarks\n\n", goBenchBegin)
 	p("`go test -run '^$' -bench . -benchmem -benchtime 300ms %s`, %s, commit %s.\n\n",
 		strings.Join(goBenchPkgs, " "), m.Date.Format("2006-01-02"), orDash(m.Commit))
+	if failed != nil {
+		p("**`go test` failed; the table holds the benchmarks that ran.**\n\n```text\n%s\n```\n\n", failed)
+	}
 	p("| package | benchmark | ns/op | B/op | allocs/op | MB/s |\n|---|---|---|---|---|---|\n")
 	for _, x := range gb {
 		p("| %s | %s | %.0f | %s | %s | %s |\n", strings.TrimPrefix(x.Pkg, modulePath+"/"), x.Name, x.NsOp,

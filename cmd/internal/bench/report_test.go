@@ -35,6 +35,8 @@ ok  	github.com/celflow/celflow/engine	3.1s
 pkg: github.com/celflow/celflow/nodes/fetchmedia
 BenchmarkFetchMediaInline1MB-2   	     300	   1000000 ns/op	 1048.58 MB/s	 2621440 B/op	      40 allocs/op
 BenchmarkDecodeBodyChat/200KB-2  	    3000	     41000 ns/op	   5000 B/op	       3 allocs/op
+pkg: github.com/celflow/celflow/cmd/internal/bench
+BenchmarkServe/pd/image1MB-2     	     200	   8000000 ns/op	 131.07 MB/s	 2000000 B/op	     525 allocs/op
 --- FAIL: BenchmarkBroken
 `
 
@@ -45,6 +47,7 @@ func TestParseGoBench(t *testing.T) {
 		{"github.com/celflow/celflow/engine", "CompileEPD", 612345, -1, -1, 0},
 		{"github.com/celflow/celflow/nodes/fetchmedia", "FetchMediaInline1MB", 1e6, 2621440, 40, 1048.58},
 		{"github.com/celflow/celflow/nodes/fetchmedia", "DecodeBodyChat/200KB", 41000, 5000, 3, 0},
+		{"github.com/celflow/celflow/cmd/internal/bench", "Serve/pd/image1MB", 8e6, 2e6, 525, 131.07},
 	}
 	if len(bs) != len(want) {
 		t.Fatalf("got %d results: %+v", len(bs), bs)
@@ -59,13 +62,13 @@ func TestParseGoBench(t *testing.T) {
 // A rendered section keeps its raw lines, so a later run without Go reads
 // the same numbers back; extractSection finds it inside a whole report.
 func TestGoBenchSectionRoundTrip(t *testing.T) {
-	sec := renderGoBench(parseGoBench(sampleBench), sampleBench, Machine{Commit: "abc"})
+	sec := renderGoBench(parseGoBench(sampleBench), sampleBench, Machine{Commit: "abc"}, nil)
 	doc := "# x\n\nbefore\n" + sec + "\nafter\n"
 	got := extractSection(doc)
 	if got != sec {
 		t.Fatalf("extracted %q", got)
 	}
-	if back := sectionBench(got); len(back) != 4 || back[0].Name != "WalkEPD" || back[2].BOp != 2621440 {
+	if back := sectionBench(got); len(back) != 5 || back[0].Name != "WalkEPD" || back[2].BOp != 2621440 {
 		t.Errorf("re-read %+v", back)
 	}
 	if extractSection("no markers") != "" {
@@ -117,15 +120,16 @@ func TestChecks(t *testing.T) {
 		{"prefill→decode ≥ 0.58× bare proxy, c=16, small body", "0.50×", notMet},
 		{"prefill→decode ≥ 0.55× bare proxy, c=16, 200 KB prompt", "0.50×", notMet},
 		// (350 − 100) µs for one leg; (500 − 2·100) / 2 = 150 µs per leg.
-		{"decode: added p50 < 0.3 ms per hop, c=1, small body", "0.250 ms", met},
-		{"pd: added p50 < 0.3 ms per hop, c=1, small body", "0.150 ms", met},
+		{"decode: added p50 < 0.3 ms per hop, c=1, small body", "0.250 ms (bare proxy 0.150 ms)", met},
+		{"pd: added p50 < 0.3 ms per hop, c=1, small body", "0.150 ms (bare proxy 0.150 ms)", met},
 		{"decode stream: ≤ 0.3 ms added to the first byte (p50), c=1", "0.200 ms", met},
 		{"decode stream: ≤ 0.3 ms added to each chunk (p50), c=1", "0.070 ms", met},
+		{"decode stream: no coalescing, each chunk within 1 ms (p99), c=1", "0.0% of events coalesced (direct 0.0%); chunk latency p99 0.240 ms, max 0.360 ms", met},
 		{"pd stream: ≤ 0.3 ms added to each chunk (p50), c=1", "0.650 ms", notMet},
 		{"hand-over (prefill answer → decode on the wire) ≤ 0.2 ms, prefill→decode", "mean 0.100 ms over 60 requests, 90.0% ≤ 0.2 ms", met},
 		{"engine walk of the full E/P/D graph ≤ 3 µs and ≤ 30 allocs (issue floor 40)", "2.51 µs, 27 allocs", met},
-		{"bytes allocated per request, 1 MB image body, < 3× the body", "2.50× (2621440 B/op for a 1048580-byte body; fetch-media inlining)", met},
-		{"binary ≤ 25 MB", "20.0 MB", met},
+		{"bytes allocated per request, 1 MB image body, < 3× the body (prefill→decode, whole request)", "1.91× (2000000 B/op for a 1048560-byte body)", met},
+		{"binary ≤ 25 MB (MiB)", "19.1 MiB (20.0 MB)", met},
 	} {
 		c, ok := got[tc.target]
 		if !ok {
@@ -156,7 +160,7 @@ func TestChecksMissing(t *testing.T) {
 
 func TestRender(t *testing.T) {
 	r := synthetic(0.95, 0.5)
-	sec := renderGoBench(parseGoBench(sampleBench), sampleBench, Machine{})
+	sec := renderGoBench(parseGoBench(sampleBench), sampleBench, Machine{}, nil)
 	doc := Render(r, Machine{CPUs: 2, Model: "AMD EPYC", Commit: "abc123", GoVersion: "go1.26.8"}, sec)
 	for _, want := range []string{
 		"| commit | abc123 |", "## Targets", "## Concurrency 16", "### 200 KB prompt",

@@ -12,12 +12,13 @@ import (
 // Options configure one benchmark run.
 type Options struct {
 	Bin        string        // the celflow binary the children run
-	Warmup     time.Duration // per cell, not recorded
-	Duration   time.Duration // per cell, recorded
+	Warmup     time.Duration // per cell (split over the rounds), not recorded
+	Duration   time.Duration // per cell (split over the rounds), recorded
 	Conc       []int         // closed-loop concurrencies of the request matrix
 	StreamConc []int         // concurrencies of the streaming cells
 	Chunks     int           // SSE events per streamed reply
 	Gap        time.Duration // between two events at the worker
+	Rounds     int           // windows per cell, interleaved across targets
 	Progress   io.Writer     // one line per cell
 }
 
@@ -30,15 +31,29 @@ type target struct {
 	celflow    bool
 }
 
-// Cell is one measured cell of the request matrix.
+// Cell is one measured cell of the request matrix, all its rounds merged.
 type Cell struct {
-	Conc      int
-	Body      string // body key
-	Target    string // target key
-	Res       Result
-	HopCPU    time.Duration // per OK request, of the hop process
-	WorkerCPU time.Duration // per OK request, of the worker (0 for direct: it is the hop)
-	Handover  handover      // celflow targets: the window's hand-overs
+	Conc     int
+	Body     string // body key
+	Target   string // target key
+	Res      Result
+	Handover handover // celflow targets: the windows' hand-overs
+
+	hopCPU, workerCPU time.Duration // over the windows
+}
+
+// HopCPU is the CPU time of the measured process per completed request.
+func (c Cell) HopCPU() time.Duration { return perReq(c.hopCPU, c.Res.OK) }
+
+// WorkerCPU is the worker's CPU time per completed request (0 for
+// direct, where the worker is the hop).
+func (c Cell) WorkerCPU() time.Duration { return perReq(c.workerCPU, c.Res.OK) }
+
+func perReq(d time.Duration, n int) time.Duration {
+	if n == 0 {
+		return 0
+	}
+	return d / time.Duration(n)
 }
 
 // StreamCell is one measured streaming cell.
@@ -115,35 +130,51 @@ func Measure(ctx context.Context, o Options) (*Results, error) {
 		r.Targets = append(r.Targets, target{key: f.key, title: f.title, url: p.url, hop: p, legs: f.legs, celflow: true})
 	}
 
+	rounds := max(1, o.Rounds)
+	win, warm := o.Duration/time.Duration(rounds), o.Warmup/time.Duration(rounds)
 	for _, conc := range o.Conc {
 		for _, b := range r.Bodies {
-			for _, t := range r.Targets {
-				c, err := measureCell(ctx, o, t, worker, b, conc)
-				if err != nil {
+			cells := make([]Cell, len(r.Targets))
+			for i, t := range r.Targets {
+				cells[i] = Cell{Conc: conc, Body: b.key, Target: t.key}
+			}
+			for _, i := range interleave(len(r.Targets), rounds) {
+				if err := measureCell(ctx, &cells[i], r.Targets[i], worker, b, conc, warm, win); err != nil {
 					return nil, err
 				}
+			}
+			for _, c := range cells {
 				r.Cells = append(r.Cells, c)
 				progress(o.Progress, "c=%-3d %-6s %-7s %8.0f req/s  p50 %-9s p99 %-9s cpu %s/req%s",
-					conc, b.key, t.key, c.Res.RPS(), round(c.Res.Latency.P50), round(c.Res.Latency.P99), round(c.HopCPU), errNote(c.Res.Errors, c.Res.FirstError))
+					conc, b.key, c.Target, c.Res.RPS(), round(c.Res.Latency.P50), round(c.Res.Latency.P99), round(c.HopCPU()), errNote(c.Res.Errors, c.Res.FirstError))
 			}
 		}
 	}
 
 	stream := chatBody("Stream a short answer.", true)
+	var st []target
+	for _, t := range r.Targets {
+		if t.key != "epd" { // the same relay as pd; keeps the run short
+			st = append(st, t)
+		}
+	}
 	for _, conc := range o.StreamConc {
-		for _, t := range r.Targets {
-			if t.key == "epd" { // same relay as pd; keeps the run short
-				continue
-			}
-			l := StreamLoad{Load: Load{URL: t.url + "/v1/chat/completions", Body: stream, Conc: conc, Header: sseAccept,
-				Warmup: o.Warmup / 2, Duration: o.Duration}, Chunks: o.Chunks}
+		cells := make([]StreamCell, len(st))
+		for _, i := range interleave(len(st), rounds) {
+			l := StreamLoad{Load: Load{URL: st[i].url + "/v1/chat/completions", Body: stream, Conc: conc, Header: sseAccept,
+				Warmup: warm, Duration: win}, Chunks: o.Chunks}
 			res, err := l.Run(ctx)
 			if err != nil {
 				return nil, err
 			}
-			r.Streams = append(r.Streams, StreamCell{conc, t.key, res})
+			cells[i].Conc, cells[i].Target = conc, st[i].key
+			cells[i].Res.Merge(res)
+		}
+		for _, c := range cells {
+			r.Streams = append(r.Streams, c)
+			res := c.Res
 			progress(o.Progress, "stream c=%-3d %-7s %5d streams  first %-9s chunk p50 %-9s p99 %-9s coalesced %d%s",
-				conc, t.key, res.Streams, round(res.FirstChunk.P50), round(res.ChunkLat.P50), round(res.ChunkLat.P99), res.Coalesced, errNote(res.Errors, res.FirstError))
+				conc, c.Target, res.Streams, round(res.FirstChunk.P50), round(res.ChunkLat.P50), round(res.ChunkLat.P99), res.Coalesced, errNote(res.Errors, res.FirstError))
 		}
 	}
 	for _, p := range procs {
@@ -154,11 +185,26 @@ func Measure(ctx context.Context, o Options) (*Results, error) {
 	return r, nil
 }
 
-// measureCell runs one closed-loop cell against t, reading the CPU counters
-// of the hop and the worker (and celflow's hand-over histogram) at the
-// window's edges.
-func measureCell(ctx context.Context, o Options, t target, worker *proc, b body, conc int) (Cell, error) {
-	c := Cell{Conc: conc, Body: b.key, Target: t.key}
+// interleave is the order of a matrix group's windows: rounds passes over
+// n targets, every other pass reversed, so that a slow drift of the
+// machine's background load weighs on every target alike.
+func interleave(n, rounds int) []int {
+	var out []int
+	for r := range rounds {
+		for k := range n {
+			if r%2 == 1 {
+				k = n - 1 - k
+			}
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// measureCell runs one closed-loop window against t and adds it to c,
+// reading the CPU counters of the hop and the worker (and celflow's
+// hand-over histogram) at the window's edges.
+func measureCell(ctx context.Context, c *Cell, t target, worker *proc, b body, conc int, warm, win time.Duration) error {
 	var hop0, hop1, w0, w1 time.Duration
 	var h0, h1 handover
 	var cpuErr error
@@ -182,25 +228,21 @@ func measureCell(ctx context.Context, o Options, t target, worker *proc, b body,
 			hop1, w1, h1 = hop, wk, h
 		}
 	}
-	l := Load{URL: t.url + "/v1/chat/completions", Body: b.data, Conc: conc,
-		Warmup: o.Warmup, Duration: o.Duration, OnWindow: read}
+	l := Load{URL: t.url + "/v1/chat/completions", Body: b.data, Conc: conc, Warmup: warm, Duration: win, OnWindow: read}
 	res, err := l.Run(ctx)
 	if err != nil {
-		return c, err
+		return err
 	}
 	if cpuErr != nil {
-		return c, fmt.Errorf("reading CPU time: %w", cpuErr)
+		return fmt.Errorf("reading CPU time: %w", cpuErr)
 	}
-	c.Res = res
-	if res.OK > 0 {
-		n := time.Duration(res.OK)
-		c.HopCPU = (hop1 - hop0) / n
-		if t.key != "direct" {
-			c.WorkerCPU = (w1 - w0) / n
-		}
+	c.Res.Merge(res)
+	c.hopCPU += hop1 - hop0
+	if t.key != "direct" {
+		c.workerCPU += w1 - w0
 	}
-	c.Handover = h1.sub(h0)
-	return c, nil
+	c.Handover = c.Handover.add(h1.sub(h0))
+	return nil
 }
 
 // sseAccept asks the worker for a stream (see Worker).

@@ -30,6 +30,23 @@ type StreamResult struct {
 	Events     int  // events read in the window
 	Coalesced  int  // events that arrived in a read with an earlier event
 	FirstError string
+
+	firsts, lat, gaps []time.Duration // kept for Merge
+}
+
+// Merge adds a later round of the same cell to r.
+func (r *StreamResult) Merge(o StreamResult) {
+	r.Streams += o.Streams
+	r.Errors += o.Errors
+	r.Events += o.Events
+	r.Coalesced += o.Coalesced
+	if r.FirstError == "" {
+		r.FirstError = o.FirstError
+	}
+	r.firsts = append(r.firsts, o.firsts...)
+	r.lat = append(r.lat, o.lat...)
+	r.gaps = append(r.gaps, o.gaps...)
+	r.FirstChunk, r.ChunkLat, r.Gap = Summarise(r.firsts), Summarise(r.lat), Summarise(r.gaps)
 }
 
 // streamSample is one stream's measurements.
@@ -62,15 +79,14 @@ func (l StreamLoad) Run(ctx context.Context) (StreamResult, error) {
 		return StreamResult{}, err
 	}
 	res := StreamResult{Streams: len(samples), Errors: errs, FirstError: first}
-	var firsts, lat, gaps []time.Duration
 	for _, s := range samples {
-		firsts = append(firsts, s.first)
-		lat = append(lat, s.lat...)
-		gaps = append(gaps, s.gaps...)
+		res.firsts = append(res.firsts, s.first)
+		res.lat = append(res.lat, s.lat...)
+		res.gaps = append(res.gaps, s.gaps...)
 		res.Events += s.events
 		res.Coalesced += s.coalesced
 	}
-	res.FirstChunk, res.ChunkLat, res.Gap = Summarise(firsts), Summarise(lat), Summarise(gaps)
+	res.FirstChunk, res.ChunkLat, res.Gap = Summarise(res.firsts), Summarise(res.lat), Summarise(res.gaps)
 	return res, nil
 }
 

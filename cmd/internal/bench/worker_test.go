@@ -113,3 +113,25 @@ func TestProxy(t *testing.T) {
 		t.Errorf("healthz: %v %v", resp, err)
 	}
 }
+
+// exactBody stops at the declared length without another read of the
+// underlying body (the read that fails once net/http has closed it).
+func TestExactBody(t *testing.T) {
+	under := &countReader{r: strings.NewReader("abcdefXYZ")}
+	b := &exactBody{ReadCloser: io.NopCloser(under), left: 6}
+	got, err := io.ReadAll(b)
+	if err != nil || string(got) != "abcdef" {
+		t.Fatalf("%q %v", got, err)
+	}
+	calls := under.calls
+	if n, err := b.Read(make([]byte, 4)); n != 0 || err != io.EOF || under.calls != calls {
+		t.Errorf("read past the length: %d %v, %d underlying calls (was %d)", n, err, under.calls, calls)
+	}
+}
+
+type countReader struct {
+	r     io.Reader
+	calls int
+}
+
+func (c *countReader) Read(p []byte) (int, error) { c.calls++; return c.r.Read(p) }
