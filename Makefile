@@ -23,6 +23,7 @@ test-unit:
 ## (openai-go, and the npm openai package when testdata/e2e/node/node_modules exists).
 test-e2e: build
 	CELFLOW_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags e2e ./cmd/celflow/e2e/...
+	CELFLOW_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -run QuickBench ./cmd/internal/bench
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -36,7 +37,8 @@ validate: build
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2000x ./engine/... ./nodes/...
 
-bench: build bench-go
+## bench runs the Go micro-benchmarks itself and writes them into the same report.
+bench: build
 	$(BIN) bench --out docs/benchmarks.md
 
 ## demo: simulated workers + celflow on loopback, four requests through the E/P/D workflow.
