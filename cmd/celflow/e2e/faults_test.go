@@ -219,3 +219,59 @@ func getStatus(url string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// TestSIGTERMCutsLongStream: a stream longer than the budget is cut
+// shutdown_timeout after drain_delay ends, its decode leg is cancelled, the
+// number cut is logged and celflow exits 1 (ACCEPTANCE 187). The bounds are
+// loose on purpose: this checks the order of events, not speed.
+func TestSIGTERMCutsLongStream(t *testing.T) {
+	t.Parallel()
+	const drain, budget = 300 * time.Millisecond, time.Second
+	st := startStack(t, stackOpts{server: map[string]string{"drain_delay": drain.String(), "shutdown_timeout": budget.String()}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	id := "e2e-sigterm-cut"
+	s := st.client().Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+		Model: model, MaxTokens: openai.Int(60), // 60 × 150 ms: far longer than the budget
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt("sigterm cut"))},
+	}, reqOpts(id, option.WithHeader("X-Sim-Fault", "decode:itl=150ms"))...)
+	if !s.Next() {
+		t.Fatalf("no first chunk: %v", s.Err())
+	}
+	sent := time.Now()
+	st.celflow.signal(syscall.SIGTERM)
+	finish := ""
+	for n := 0; s.Next() && n < 10000; n++ {
+		if ch := s.Current(); len(ch.Choices) > 0 && ch.Choices[0].FinishReason != "" {
+			finish = ch.Choices[0].FinishReason
+		}
+	}
+	cut := time.Since(sent)
+	s.Close()
+	if finish != "" {
+		t.Fatalf("the stream finished (%q) instead of being cut", finish)
+	}
+	// Cut after drain_delay + shutdown_timeout (1.3 s), well before the 9 s stream would end.
+	if cut < drain+budget-100*time.Millisecond || cut > drain+budget+2*time.Second {
+		t.Errorf("stream cut %s after SIGTERM, want about %s", cut.Round(time.Millisecond), drain+budget)
+	}
+	code, ok := st.celflow.wait(8 * time.Second)
+	if !ok || code != 1 {
+		t.Errorf("celflow exit: %d (exited: %v), want 1 after cutting a request", code, ok)
+	}
+	if out := st.celflow.output(); !strings.Contains(out, "in-flight requests cut") || !strings.Contains(out, `"cut":1`) {
+		t.Errorf("no log line with the number cut:\n%s", st.celflow.tail(20))
+	}
+	decodes := 0
+	for _, l := range st.legs(id) {
+		if l.Worker == "decode" {
+			decodes++
+			if !l.Cancelled {
+				t.Errorf("decode leg not cancelled by the cut:\n%s", describe([]leg{l}))
+			}
+		}
+	}
+	if decodes != 1 {
+		t.Errorf("%d decode legs recorded, want 1", decodes)
+	}
+}
