@@ -13,8 +13,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/sirupsen/logrus"
 
-	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/config"
 	"github.com/celflow/celflow/engine/front"
 	"github.com/celflow/celflow/engine/metrics"
 	"github.com/celflow/celflow/engine/telemetry"
@@ -25,15 +23,22 @@ import (
 // Exit 0 after a complete drain, 1 when the config or workflow does not
 // load (printing the same diagnostics as validate), when the server cannot
 // start, or when the shutdown budget cut a request; 2 on usage errors.
+// SIGHUP reloads the config (reload.go).
 func cmdServe(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	return runServe(ctx, args, os.Stderr, os.Getenv)
+	// Subscribed before loading: a SIGHUP during start-up waits for the
+	// server instead of killing the process (SIGHUP's default action).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	return runServe(ctx, args, os.Stderr, os.Getenv, hup)
 }
 
-// runServe is cmdServe with its context (cancelled = shutdown), output and
-// environment injected, for tests.
-func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) int {
+// runServe is cmdServe with its context (cancelled = shutdown), output,
+// environment and reload signals (nil: none) injected, for tests. Reloads
+// read the same getenv as start-up.
+func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string, hup <-chan os.Signal) int {
 	fs := flag.NewFlagSet("celflow serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "the serve config file (YAML; see docs/configuration.md)")
@@ -48,11 +53,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		return 2
 	}
 
-	cfg, ds := config.LoadFile(*cfgPath, getenv)
-	if cfg == nil {
+	m := metrics.New()
+	g, ds := load(*cfgPath, getenv, m, nil)
+	if g == nil {
 		return refuse(stderr, ds)
 	}
-	warn := ds
+	cfg := g.cfg
 	level, err := logLevel(cfg.Telemetry.LogLevel, *verbosity)
 	if err != nil {
 		fmt.Fprintf(stderr, "celflow serve: %v\n", err)
@@ -69,24 +75,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		return 2
 	}
 
-	up, ds := cfg.NewUpstream()
-	if up == nil {
-		return refuse(stderr, ds)
-	}
-	m := metrics.New()
-	up.OnLeg = m.UpstreamHook()
-	opts := engine.LoadOptions{Upstream: up, WriteTimeout: cfg.Server.WriteTimeout}
-	var wf *engine.Workflow
-	if cfg.Workflow.Inline != nil {
-		wf, ds = engine.LoadDoc(cfg.Workflow.Inline, opts)
-	} else {
-		wf, ds = engine.LoadFile(cfg.Workflow.Path, opts)
-	}
-	if wf == nil {
-		return refuse(stderr, ds)
-	}
-	warn = append(warn, ds...)
-	fmt.Fprint(stderr, warn.String()) // warnings, printed as validate prints them
+	fmt.Fprint(stderr, ds.String()) // warnings, printed as validate prints them
 
 	shutdownTracing, err := telemetry.Setup(ctx, cfg.Telemetry.Tracing)
 	if err != nil {
@@ -101,32 +90,41 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		}
 	}()
 
-	runners := map[engine.Route]engine.Runner{}
-	for _, rt := range engine.Routes {
-		if wf.Serves(rt) {
-			runners[rt] = wf
-		}
-	}
+	lv := g.live()
 	// Request ids are minted per request: draw their randomness in batches.
 	// Safe here, before anything serves (the pool is not switched concurrently).
 	uuid.EnableRandPool()
 	s := cfg.Server
 	srv := front.New(front.Options{
 		Listen:            s.Listen,
-		Runners:           runners,
+		Runners:           lv.Runners,
 		Metrics:           m.Handler(),
 		Observe:           m.Observe,
 		InFlight:          m.InFlight,
 		Log:               log,
-		MaxBodyBytes:      s.MaxBodyBytes(),
+		MaxBodyBytes:      lv.MaxBodyBytes,
 		ReadHeaderTimeout: s.ReadHeaderTimeout,
 		ReadTimeout:       s.ReadTimeout,
-		WriteTimeout:      s.WriteTimeout,
-		DrainDelay:        s.DrainDelay,
-		ShutdownTimeout:   s.ShutdownTimeout,
+		WriteTimeout:      lv.WriteTimeout,
+		DrainDelay:        lv.DrainDelay,
+		ShutdownTimeout:   lv.ShutdownTimeout,
 	})
-	log.WithFields(logrus.Fields{"workflow": wf.Name(), "version": wf.Version(), "hash": wf.Hash()}).Info("workflow loaded")
-	return srv.Run(ctx)
+	log.WithFields(g.fields()).Info("workflow loaded")
+
+	// Reloads run on their own goroutine, one at a time, and stop when the
+	// shutdown starts.
+	rl := &reloader{path: *cfgPath, getenv: getenv, verbosity: *verbosity,
+		formatSet: *logFormat != "", log: log, m: m, srv: srv, boot: cfg, cur: g}
+	reloadCtx, stopReloads := context.WithCancel(ctx)
+	reloads := make(chan struct{})
+	go func() {
+		defer close(reloads)
+		rl.loop(reloadCtx, hup)
+	}()
+	code := srv.Run(ctx)
+	stopReloads()
+	<-reloads
+	return code
 }
 
 // refuse prints load diagnostics exactly as `celflow validate` does, and

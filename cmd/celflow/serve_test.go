@@ -58,7 +58,7 @@ func TestServeRefusesInvalidWorkflow(t *testing.T) {
 		t.Fatalf("validate exit %d", code)
 	}
 	var serr bytes.Buffer
-	if code := runServe(context.Background(), []string{"--config", cfg}, &serr, noEnv); code != 1 {
+	if code := runServe(context.Background(), []string{"--config", cfg}, &serr, noEnv, nil); code != 1 {
 		t.Fatalf("serve exit %d: %s", code, serr.String())
 	}
 	if vout.String() == "" || serr.String() != vout.String() {
@@ -75,13 +75,13 @@ func TestServeRefusesBadConfig(t *testing.T) {
 	dir := t.TempDir()
 	var out bytes.Buffer
 	missing := filepath.Join(dir, "nope.yaml")
-	if code := runServe(context.Background(), []string{"--config", missing}, &out, noEnv); code != 1 ||
+	if code := runServe(context.Background(), []string{"--config", missing}, &out, noEnv, nil); code != 1 ||
 		!strings.HasPrefix(out.String(), missing+": cannot read config") {
 		t.Fatalf("missing: %d %s", code, out.String())
 	}
 	bad := writeFile(t, dir, "bad.yaml", "server:\n  listen: [\n")
 	out.Reset()
-	if code := runServe(context.Background(), []string{"--config", bad}, &out, noEnv); code != 1 ||
+	if code := runServe(context.Background(), []string{"--config", bad}, &out, noEnv, nil); code != 1 ||
 		!strings.HasPrefix(out.String(), bad+":2:1: invalid YAML") {
 		t.Fatalf("invalid YAML: %d %s", code, out.String())
 	}
@@ -89,11 +89,11 @@ func TestServeRefusesBadConfig(t *testing.T) {
 	cfg := writeFile(t, dir, "up.yaml", "workflow: w.yaml\n")
 	if code := runServe(context.Background(), []string{"--config", cfg}, &out, func(k string) string {
 		return map[string]string{"CELFLOW_UPSTREAM_GATEWAY": "ftp://gw"}[k]
-	}); code != 1 || !strings.HasPrefix(out.String(), "CELFLOW_UPSTREAM_GATEWAY: upstream.gateway: ") {
+	}, nil); code != 1 || !strings.HasPrefix(out.String(), "CELFLOW_UPSTREAM_GATEWAY: upstream.gateway: ") {
 		t.Fatalf("bad upstream: %d %s", code, out.String())
 	}
 	out.Reset()
-	if code := runServe(context.Background(), nil, &out, noEnv); code != 2 {
+	if code := runServe(context.Background(), nil, &out, noEnv, nil); code != 2 {
 		t.Fatalf("no --config: exit %d", code)
 	}
 }
@@ -132,7 +132,7 @@ workflow:
 	go func() {
 		exit <- runServe(ctx, []string{"--config", cfg, "--log-format", "json"}, logs, func(k string) string {
 			return map[string]string{"CELFLOW_UPSTREAM_GATEWAY": gw.URL}[k]
-		})
+		}, nil)
 	}()
 
 	// The bound address is in the "celflow is serving" line.

@@ -82,19 +82,23 @@ func routeOf(path string) engine.Route {
 	return 0
 }
 
-// inference serves one client route through its workflow.
-func (s *Server) inference(route engine.Route, runner engine.Runner) http.Handler {
+// inference serves one client route through its workflow: the runner and
+// body cap of the live set current at arrival, kept to the end of the
+// request whatever a reload swaps meanwhile.
+func (s *Server) inference(route engine.Route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		x := w.(*exchange) // serveHTTP always wraps
 		x.route = route
 		if s.opts.InFlight != nil {
 			defer s.opts.InFlight()()
 		}
+		lv := s.cur.Load()
+		runner := lv.runners[route]
 		if runner == nil {
 			s.fail(x, engine.Errorf(engine.KindNotFound, "the workflow does not serve %s", route.Path()))
 			return
 		}
-		body, e := s.readBody(x, r)
+		body, e := readBody(x, r, lv.maxBody)
 		if e != nil {
 			s.fail(x, e)
 			return
@@ -155,8 +159,7 @@ func (s *Server) settle(x *exchange, rep *engine.Report) {
 
 // readBody reads the body under the cap: 413 above it, 400 when it cannot
 // be read (PROTOCOL 1.3). A declared length is read into one exact buffer.
-func (s *Server) readBody(x *exchange, r *http.Request) ([]byte, *engine.Error) {
-	limit := s.opts.MaxBodyBytes
+func readBody(x *exchange, r *http.Request, limit int64) ([]byte, *engine.Error) {
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit)
 	}

@@ -31,7 +31,9 @@ type Options struct {
 	Listener net.Listener
 
 	// Runners maps each client route to the workflow that serves it. A route
-	// with no runner answers 404 not_found.
+	// with no runner answers 404 not_found. Runners, MaxBodyBytes,
+	// WriteTimeout, DrainDelay and ShutdownTimeout are the server's first
+	// Live set; SetLive and SetRunners replace them while it runs.
 	Runners map[engine.Route]engine.Runner
 
 	// Metrics serves GET /metrics; nil serves an empty 200 text reply.
@@ -61,6 +63,54 @@ type Options struct {
 	// requests after the listener closes.
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
+}
+
+// Live is the part of a server's configuration that can change while it
+// runs (a config reload). The server keeps it as one immutable snapshot
+// behind an atomic pointer: a request reads its runner and body cap from
+// the snapshot current at its arrival and keeps them to its end, so a swap
+// never changes the workflow under a request in flight. WriteTimeout is read
+// when an error reply is written, DrainDelay and ShutdownTimeout when the
+// shutdown starts. Zero values mean what they mean in Options.
+type Live struct {
+	Runners         map[engine.Route]engine.Runner
+	MaxBodyBytes    int64
+	WriteTimeout    time.Duration
+	DrainDelay      time.Duration
+	ShutdownTimeout time.Duration
+}
+
+// live is the stored form of Live: its own copy of the runner map, so that
+// a caller mutating its map afterwards cannot reach a request in flight.
+type live struct {
+	runners         map[engine.Route]engine.Runner
+	maxBody         int64
+	writeTimeout    time.Duration
+	drainDelay      time.Duration
+	shutdownTimeout time.Duration
+}
+
+func newLive(l Live) *live {
+	rs := make(map[engine.Route]engine.Runner, len(l.Runners))
+	for rt, r := range l.Runners {
+		if r != nil {
+			rs[rt] = r
+		}
+	}
+	if l.MaxBodyBytes <= 0 {
+		l.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	return &live{runners: rs, maxBody: l.MaxBodyBytes, writeTimeout: l.WriteTimeout,
+		drainDelay: l.DrainDelay, shutdownTimeout: l.ShutdownTimeout}
+}
+
+func (l *live) export() Live {
+	rs := make(map[engine.Route]engine.Runner, len(l.runners))
+	for rt, r := range l.runners {
+		rs[rt] = r
+	}
+	return Live{Runners: rs, MaxBodyBytes: l.maxBody, WriteTimeout: l.writeTimeout,
+		DrainDelay: l.drainDelay, ShutdownTimeout: l.shutdownTimeout}
 }
 
 // Observation is what the front knows about one finished request.

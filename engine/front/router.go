@@ -24,7 +24,7 @@ func (s *Server) routes() *mux.Router {
 	r := mux.NewRouter()
 	r.SkipClean(true)
 	for _, rt := range engine.Routes {
-		r.Handle(rt.Path(), s.inference(rt, s.opts.Runners[rt])).Methods(http.MethodPost)
+		r.Handle(rt.Path(), s.inference(rt)).Methods(http.MethodPost)
 	}
 	r.HandleFunc(PathHealthz, s.healthz).Methods(http.MethodGet)
 	r.HandleFunc(PathReadyz, s.readyz).Methods(http.MethodGet)
@@ -83,7 +83,7 @@ func probe(w http.ResponseWriter) {
 }
 
 // fail writes celflow's own JSON error reply (PROTOCOL 12) unless the
-// reply has started, bounding the write by WriteTimeout. A KindCancelled
+// reply has started, bounding the write by the live WriteTimeout. A KindCancelled
 // error writes nothing: the client is gone.
 func (s *Server) fail(w http.ResponseWriter, e *engine.Error) {
 	x, _ := w.(*exchange)
@@ -97,8 +97,8 @@ func (s *Server) fail(w http.ResponseWriter, e *engine.Error) {
 	if e.Kind == engine.KindCancelled {
 		return
 	}
-	if s.opts.WriteTimeout > 0 {
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
+	if wt := s.cur.Load().writeTimeout; wt > 0 {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wt))
 	}
 	id := w.Header().Get("X-Request-Id")
 	if x != nil {

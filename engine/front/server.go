@@ -12,6 +12,8 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/sirupsen/logrus"
+
+	"github.com/celflow/celflow/engine"
 )
 
 // Server is celflow's HTTP front. Build it with New and drive it with Run.
@@ -23,6 +25,12 @@ type Server struct {
 	ready    atomic.Bool // /readyz answers 200
 	draining atomic.Bool // the listener is closed: new requests get 503
 	track    tracker
+
+	// cur is the live set (runners, body cap, write and shutdown timeouts);
+	// requests load it, SetLive and SetRunners replace it under swapMu (so
+	// that SetRunners' read-modify-write cannot undo a concurrent SetLive).
+	cur    atomic.Pointer[live]
+	swapMu sync.Mutex
 
 	// base is the parent of every request context; cancelling it cuts the
 	// requests still in flight when the shutdown budget runs out.
@@ -36,6 +44,8 @@ func New(opts Options) *Server {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	s := &Server{opts: opts, log: opts.Log}
+	s.cur.Store(newLive(Live{Runners: opts.Runners, MaxBodyBytes: opts.MaxBodyBytes, WriteTimeout: opts.WriteTimeout,
+		DrainDelay: opts.DrainDelay, ShutdownTimeout: opts.ShutdownTimeout}))
 	if s.log == nil {
 		s.log = logrus.StandardLogger()
 	}
@@ -47,6 +57,29 @@ func New(opts Options) *Server {
 // Handler is the server's root handler (request id, draining, panics, logs
 // around the router). Run serves it; tests may mount it on httptest.
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
+
+// SetLive replaces the live set (a config reload) in one atomic step:
+// requests that arrive afterwards get the new runners and limits, requests
+// in flight finish on the ones they started with. Safe for concurrent use
+// with serving; the server keeps its own copy of l.Runners.
+func (s *Server) SetLive(l Live) {
+	s.swapMu.Lock()
+	defer s.swapMu.Unlock()
+	s.cur.Store(newLive(l))
+}
+
+// SetRunners replaces the runners only, as SetLive does; a route missing
+// from runners answers 404 from then on.
+func (s *Server) SetRunners(runners map[engine.Route]engine.Runner) {
+	s.swapMu.Lock()
+	defer s.swapMu.Unlock()
+	l := s.cur.Load().export()
+	l.Runners = runners
+	s.cur.Store(newLive(l))
+}
+
+// Live returns a copy of the current live set.
+func (s *Server) Live() Live { return s.cur.Load().export() }
 
 // SetReady flips /readyz; Run sets it once the listener is up.
 func (s *Server) SetReady(ok bool) { s.ready.Store(ok) }
@@ -95,19 +128,21 @@ func (s *Server) Run(ctx context.Context) int {
 	}
 
 	s.ready.Store(false)
-	s.log.WithField("drain_delay", s.opts.DrainDelay.String()).Info("shutdown: readyz is 503, draining")
-	if s.opts.DrainDelay > 0 {
-		time.Sleep(s.opts.DrainDelay)
+	// The timeouts of the live set current when the shutdown starts.
+	lv := s.cur.Load()
+	s.log.WithField("drain_delay", lv.drainDelay.String()).Info("shutdown: readyz is 503, draining")
+	if lv.drainDelay > 0 {
+		time.Sleep(lv.drainDelay)
 	}
 	s.draining.Store(true)
 	_ = ln.Close()
 	if err := <-served; err != nil && !errors.Is(err, net.ErrClosed) {
 		s.log.WithError(err).Warn("shutdown: serve loop ended with an error")
 	}
-	s.log.WithFields(logrus.Fields{"in_flight": s.track.count(), "shutdown_timeout": s.opts.ShutdownTimeout.String()}).
+	s.log.WithFields(logrus.Fields{"in_flight": s.track.count(), "shutdown_timeout": lv.shutdownTimeout.String()}).
 		Info("shutdown: listener closed, waiting for in-flight requests")
 
-	budget := time.NewTimer(s.opts.ShutdownTimeout)
+	budget := time.NewTimer(lv.shutdownTimeout)
 	defer budget.Stop()
 	cut := 0
 	select {
