@@ -28,10 +28,10 @@ func benchFront(b *testing.B, body []byte, level logrus.Level) {
 		_, _ = w.Write([]byte(`{}`))
 		return &engine.Report{Workflow: "bench", Answered: true}
 	}}
-	l := logrus.New()
-	l.SetOutput(io.Discard)
-	l.SetLevel(level)
-	l.SetFormatter(&logrus.JSONFormatter{})
+	l := logrus.New() // configured as serve configures it: JSON lines
+	if err := ConfigureLogger(l, io.Discard, "json", level); err != nil {
+		b.Fatal(err)
+	}
 	runners := map[engine.Route]engine.Runner{}
 	for _, rt := range engine.Routes {
 		runners[rt] = r

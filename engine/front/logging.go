@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -43,7 +43,7 @@ func ConfigureLogger(l *logrus.Logger, out io.Writer, format string, level logru
 	if format == "text" {
 		l.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: time.RFC3339Nano})
 	} else {
-		l.SetFormatter(&logrus.JSONFormatter{TimestampFormat: time.RFC3339Nano})
+		l.SetFormatter(&JSONFormatter{TimestampFormat: time.RFC3339Nano})
 	}
 	return nil
 }
@@ -60,18 +60,32 @@ func isTerminal(w io.Writer) bool {
 // entry is the request's log entry: the canonical id on every line, and the
 // length (never the value) of a rejected inbound id.
 func (s *Server) entry(x *exchange) *logrus.Entry {
-	e := s.log.WithField("request_id", x.id)
-	if x.rejected >= 0 {
-		e = e.WithField("rejected_request_id_len", x.rejected)
-	}
-	return e
+	return &logrus.Entry{Logger: s.log, Data: requestFields(x, 0)}
 }
+
+// requestFields starts a request's fields (request_id, and
+// rejected_request_id_len when an inbound id was rejected) with room for n
+// more, so the caller's inserts never grow the map.
+func requestFields(x *exchange, n int) logrus.Fields {
+	f := make(logrus.Fields, n+2)
+	f["request_id"] = x.id
+	if x.rejected >= 0 {
+		f["rejected_request_id_len"] = x.rejected
+	}
+	return f
+}
+
+// summaryFields is the most logRequest adds to requestFields: method, path,
+// status, duration_ms, bytes, route, workflow, nodes, error, code, partial.
+const summaryFields = 11
 
 // logRequest writes the one summary line of a request: route, status,
 // duration, workflow and each node's status:duration. Probes log at debug
 // level, client disconnects and client errors at info, upstream and
-// timeout failures at warn, internal errors at error. Nothing is built when
-// the level is disabled.
+// timeout failures at warn, internal errors at error; a reply ended
+// abnormally (partial) at warn or above. Nothing is built when
+// the level is disabled; otherwise the fields are one map, handed to logrus
+// without WithField/WithFields copies (logrus still clones it once to log).
 func (s *Server) logRequest(x *exchange, r *http.Request) {
 	level := logrus.InfoLevel
 	switch {
@@ -83,19 +97,19 @@ func (s *Server) logRequest(x *exchange, r *http.Request) {
 	case x.err.HTTPStatus() >= 500:
 		level = logrus.WarnLevel
 	}
-	if x.abort && x.err != nil && x.err.Kind != engine.KindCancelled && level < logrus.WarnLevel {
+	if x.abort && x.err != nil && x.err.Kind != engine.KindCancelled && level > logrus.WarnLevel {
+		// an abnormal end is at least a warning (logrus levels grow less severe)
 		level = logrus.WarnLevel
 	}
 	if !s.log.IsLevelEnabled(level) {
 		return
 	}
-	f := logrus.Fields{
-		"method":      r.Method,
-		"path":        cutPath(r.URL.EscapedPath()),
-		"status":      x.sentStatus(),
-		"duration_ms": float64(time.Since(x.start).Microseconds()) / 1000,
-		"bytes":       x.bytes,
-	}
+	f := requestFields(x, summaryFields)
+	f["method"] = r.Method
+	f["path"] = cutPath(r.URL.EscapedPath())
+	f["status"] = x.sentStatus()
+	f["duration_ms"] = float64(time.Since(x.start).Microseconds()) / 1000
+	f["bytes"] = x.bytes
 	if x.route != 0 {
 		f["route"] = x.route.String()
 	}
@@ -115,27 +129,40 @@ func (s *Server) logRequest(x *exchange, r *http.Request) {
 		f["partial"] = true
 		msg = "partial response: the reply was ended abnormally"
 	}
-	s.entry(x).WithFields(f).Log(level, msg)
+	(&logrus.Entry{Logger: s.log, Data: f}).Log(level, msg)
 }
+
+// summaryBufs holds nodeSummary's scratch buffers: the summary is built in
+// one and copied once into its string.
+var summaryBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
 // nodeSummary is "id=status:duration ..." in the workflow's node order.
 func nodeSummary(out []engine.Outcome) string {
-	var b strings.Builder
+	if len(out) == 0 {
+		return ""
+	}
+	bp := summaryBufs.Get().(*[]byte)
+	b := (*bp)[:0]
 	for i, o := range out {
 		if i > 0 {
-			b.WriteByte(' ')
+			b = append(b, ' ')
 		}
-		b.WriteString(o.Node)
-		b.WriteByte('=')
-		b.WriteString(o.Status.String())
-		b.WriteByte(':')
-		b.WriteString(o.Duration.Round(time.Microsecond).String())
+		b = append(b, o.Node...)
+		b = append(b, '=')
+		b = append(b, o.Status.String()...)
+		b = append(b, ':')
+		b = append(b, o.Duration.Round(time.Microsecond).String()...)
 		if o.HTTPStatus != 0 {
-			b.WriteByte('/')
-			b.WriteString(strconv.Itoa(o.HTTPStatus))
+			b = append(b, '/')
+			b = strconv.AppendInt(b, int64(o.HTTPStatus), 10)
 		}
 	}
-	return b.String()
+	s := string(b)
+	if cap(b) <= 64<<10 { // a huge workflow's buffer is not kept
+		*bp = b
+		summaryBufs.Put(bp)
+	}
+	return s
 }
 
 // debugRequest logs the request's headers and body through engine/redact,
@@ -144,10 +171,10 @@ func (s *Server) debugRequest(x *exchange, r *http.Request, body []byte) {
 	if !s.log.IsLevelEnabled(logrus.DebugLevel) {
 		return
 	}
-	s.entry(x).WithFields(logrus.Fields{
-		"method":  r.Method,
-		"path":    cutPath(r.URL.EscapedPath()),
-		"headers": redact.Header(r.Header),
-		"body":    redact.Body(body),
-	}).Debug("request received")
+	f := requestFields(x, 4)
+	f["method"] = r.Method
+	f["path"] = cutPath(r.URL.EscapedPath())
+	f["headers"] = redact.Header(r.Header)
+	f["body"] = redact.Body(body)
+	(&logrus.Entry{Logger: s.log, Data: f}).Debug("request received")
 }
