@@ -1,6 +1,7 @@
 package mm
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"strconv"
@@ -13,11 +14,74 @@ import (
 // exponents (1e19), negatives, strings, bools and null are rejected, and so
 // is an empty array. The caller keeps raw itself as Tokens.JSON: ids that
 // came from the client or from render are never re-encoded.
+//
+// A render reply for a 200 KB prompt holds ~50k ids, so the common case is
+// one loop that reads the digits straight into a slice sized once. Anything
+// it does not expect (another type, a fraction, an overflow, malformed
+// separators) hands the whole array to parseTokenIDsSlow, which finds the
+// offending element and words the error; the fast loop never decides a
+// rejection itself, so both paths accept and reject exactly the same input.
 func ParseTokenIDs(raw []byte) ([]int64, error) {
+	if ids, ok := parseTokenIDsFast(raw); ok {
+		return ids, nil
+	}
+	return parseTokenIDsSlow(raw)
+}
+
+// parseTokenIDsFast accepts `[` ws digits ws (`,` ws digits ws)* `]` where
+// every number fits int64; ok is false for anything else (including []).
+func parseTokenIDsFast(raw []byte) (ids []int64, ok bool) {
+	if len(raw) < 3 || raw[0] != '[' {
+		return nil, false
+	}
+	// One id per comma, and no more than fit (a digit and a comma each):
+	// commas inside a hostile string element cannot size the slice beyond
+	// what a valid array of that length could need.
+	ids = make([]int64, 0, min(bytes.Count(raw, comma)+1, (len(raw)-1)/2))
+	i := ws(raw, 1)
+	for {
+		var v uint64
+		n := 0
+		for i+n < len(raw) {
+			d := raw[i+n] - '0'
+			if d > 9 {
+				break
+			}
+			v = v*10 + uint64(d)
+			n++
+		}
+		// 18 digits always fit int64; longer numbers (and none) go the slow
+		// way, which accepts up to MaxInt64 exactly.
+		if n == 0 || n > 18 {
+			return nil, false
+		}
+		ids = append(ids, int64(v))
+		i += n
+		if i < len(raw) && raw[i] != ',' && raw[i] != ']' {
+			i = ws(raw, i)
+		}
+		if i >= len(raw) {
+			return nil, false
+		}
+		switch raw[i] {
+		case ',':
+			i = ws(raw, i+1)
+		case ']':
+			return ids, true
+		default:
+			return nil, false
+		}
+	}
+}
+
+var comma = []byte{','}
+
+// parseTokenIDsSlow reads element by element to name what is wrong.
+func parseTokenIDsSlow(raw []byte) ([]int64, error) {
 	if len(raw) == 0 || raw[0] != '[' {
 		return nil, fmt.Errorf("must be a non-empty array of non-negative integers, got %s", kindOf(raw))
 	}
-	ids := make([]int64, 0, estimateCount(raw))
+	var ids []int64
 	var bad error
 	err := eachElem(raw, 0, func(vs, ve int) bool {
 		v, err := parseUint(raw[vs:ve])
@@ -38,17 +102,6 @@ func ParseTokenIDs(raw []byte) ([]int64, error) {
 		return nil, fmt.Errorf("must be a non-empty array of non-negative integers, got []")
 	}
 	return ids, nil
-}
-
-// estimateCount guesses the element count from the commas, to size the slice once.
-func estimateCount(raw []byte) int {
-	n := 1
-	for _, c := range raw {
-		if c == ',' {
-			n++
-		}
-	}
-	return n
 }
 
 // parseUint reads a non-negative JSON integer literal that fits int64.

@@ -18,6 +18,7 @@ type client struct {
 	render      string          // render service base URL without trailing slash
 	pools       [numRoles]*pool // direct mode; nil entry = no endpoints
 	rt          *http.Transport
+	bases       *baseCache // parsed base URLs, so a leg does not parse its URL
 }
 
 const numRoles = 3
@@ -53,6 +54,15 @@ func newClient(cfg Config) (*Client, error) {
 			}
 		}
 	}
+	bases := []string{c.gateway, c.render}
+	for _, p := range c.pools {
+		if p != nil {
+			for _, e := range p.eps {
+				bases = append(bases, e.base)
+			}
+		}
+	}
+	c.bases = newBaseCache(bases...)
 	return &Client{impl: c}, nil
 }
 

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"math/bits"
 	"sync"
 )
 
@@ -92,24 +93,27 @@ var hashBufs = sync.Pool{New: func() any { b := make([]uint64, 0, 256); return &
 const hashSeed uint64 = 0x9e3779b97f4a7c15
 
 // chainHash names block given the name of the prefix before it. Not
-// cryptographic: a collision only mispredicts a hit. The block is hashed on
-// its own (two lanes, so consecutive multiplies overlap) and then chained:
-// blocks do not wait on each other, which makes a 50k-token prompt about
-// twice as fast to name as a single token-by-token chain.
+// cryptographic: a collision only mispredicts a hit. Two token ids are
+// folded into one 64-bit word (the second rotated into the high half: exact
+// for ids below 2^32, i.e. every vocabulary) so a multiply covers two ids;
+// two independent lanes let consecutive multiplies overlap. Blocks do not
+// wait on each other: only the final mix64 is chained. Against one
+// multiply per id and two mix64 per block this names a 50k-token prompt in
+// about 0.7 of the time (BenchmarkPrefixHash50k).
 func chainHash(prev uint64, block []int64) uint64 {
 	a, b := uint64(len(block)), uint64(0x6a09e667f3bcc908)
 	i := 0
-	for ; i+1 < len(block); i += 2 {
-		a = (a ^ uint64(block[i])) * 0xff51afd7ed558ccd
+	for ; i+3 < len(block); i += 4 {
+		a = (a ^ uint64(block[i]) ^ bits.RotateLeft64(uint64(block[i+1]), 32)) * 0xff51afd7ed558ccd
+		b = (b ^ uint64(block[i+2]) ^ bits.RotateLeft64(uint64(block[i+3]), 32)) * 0xc4ceb9fe1a85ec53
 		a ^= a >> 29
-		b = (b ^ uint64(block[i+1])) * 0xc4ceb9fe1a85ec53
 		b ^= b >> 29
 	}
-	if i < len(block) {
+	for ; i < len(block); i++ {
 		a = (a ^ uint64(block[i])) * 0xff51afd7ed558ccd
 		a ^= a >> 29
 	}
-	return mix64(prev ^ mix64(a^b*0x9e3779b97f4a7c15))
+	return mix64(prev ^ a ^ b*0x9e3779b97f4a7c15)
 }
 
 // mix64 is splitmix64's finaliser: full avalanche of the block state.
@@ -126,19 +130,19 @@ func mix64(x uint64) uint64 {
 type prefixIndex struct {
 	mu   sync.Mutex
 	cap  int
-	slot map[uint64]int32 // name → index in keys
+	slot nameTable // name → index in keys
 	keys []uint64
 	ref  []bool // referenced since the hand last passed
 	hand int
 }
 
 func newPrefixIndex(capacity int) *prefixIndex {
-	return &prefixIndex{cap: capacity, slot: make(map[uint64]int32)}
+	return &prefixIndex{cap: capacity}
 }
 
 func (x *prefixIndex) has(h uint64) bool {
 	x.mu.Lock()
-	i, ok := x.slot[h]
+	i, ok := x.slot.find(x.keys, h)
 	if ok {
 		x.ref[i] = true
 	}
@@ -152,34 +156,56 @@ func (x *prefixIndex) has(h uint64) bool {
 // costs one lookup, a follow-up turn only its new blocks). When one call
 // brings more names than fit, the later (longer) prefixes survive, which
 // are the ones a hit checks.
+//
+// The longest present prefix is found by bisection (a dozen lookups for a
+// 50k-token prompt, where a scan from the end cost one per block for every
+// new prompt). Presence is prefix-closed unless eviction took early names of
+// a prompt; bisection may then stop below the longest present name, and the
+// loop below marks the present names it meets and puts the missing ones
+// back: never fewer names than the scan kept.
 func (x *prefixIndex) add(hs []uint64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for k := len(hs) - 1; k >= 0; k-- {
-		if i, ok := x.slot[hs[k]]; ok {
-			x.ref[i] = true
-			hs = hs[k+1:]
-			break
+	if len(hs) == 0 {
+		return
+	}
+	if i, ok := x.slot.find(x.keys, hs[len(hs)-1]); ok { // a repeated prompt
+		x.ref[i] = true
+		return
+	}
+	// Invariant: hs[lo] present (lo == -1: none), hs[hi] absent.
+	lo, hi := -1, len(hs)-1
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2 // lo >= -1 and hi >= lo+2: no overflow, no negative
+		if _, ok := x.slot.find(x.keys, hs[mid]); ok {
+			lo = mid
+		} else {
+			hi = mid
 		}
 	}
+	if lo >= 0 {
+		i, _ := x.slot.find(x.keys, hs[lo])
+		x.ref[i] = true
+	}
+	hs = hs[lo+1:]
 	for _, h := range hs {
-		if i, ok := x.slot[h]; ok {
+		if i, ok := x.slot.find(x.keys, h); ok {
 			x.ref[i] = true
 			continue
 		}
 		if len(x.keys) < x.cap {
-			x.slot[h] = int32(len(x.keys))
 			x.keys = append(x.keys, h)
 			x.ref = append(x.ref, false)
+			x.slot.insert(x.keys, int32(len(x.keys)-1))
 			continue
 		}
 		for x.ref[x.hand] { // bounded: each pass clears one bit
 			x.ref[x.hand] = false
 			x.hand = (x.hand + 1) % x.cap
 		}
-		delete(x.slot, x.keys[x.hand])
+		x.slot.remove(x.keys, x.keys[x.hand])
 		x.keys[x.hand] = h
-		x.slot[h] = int32(x.hand)
+		x.slot.insert(x.keys, int32(x.hand))
 		x.hand = (x.hand + 1) % x.cap
 	}
 }
@@ -187,5 +213,5 @@ func (x *prefixIndex) add(hs []uint64) {
 func (x *prefixIndex) len() int {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return len(x.slot)
+	return x.slot.n
 }

@@ -1,6 +1,8 @@
 package upstream
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -171,6 +173,44 @@ func TestChainHashDependsOnPrefix(t *testing.T) {
 	}
 }
 
+// Block names of near-identical blocks differ: every single-token change,
+// every swap of two tokens, with block sizes that use the tail loop too.
+func TestChainHashDistinct(t *testing.T) {
+	for _, bs := range []int{16, 5, 1, 33} {
+		base := seqTokens(1000, bs)
+		seen := map[uint64]string{}
+		add := func(what string, block []int64) {
+			h := chainHash(hashSeed, block)
+			if prev, dup := seen[h]; dup {
+				t.Fatalf("block size %d: %s and %s share a name", bs, prev, what)
+			}
+			seen[h] = what
+		}
+		add("base", base)
+		for i := range bs {
+			for _, v := range []int64{0, base[i] + 1, 1<<32 - 1} {
+				b := slices.Clone(base)
+				b[i] = v
+				add(fmt.Sprintf("[%d]=%d", i, v), b)
+			}
+			// Ids of 2^32 and more fold inexactly (two such changes can
+			// cancel), but each alone still changes the name.
+			for _, v := range []int64{base[i] + 1<<32, -1} {
+				b := slices.Clone(base)
+				b[i] = v
+				if chainHash(hashSeed, b) == chainHash(hashSeed, base) {
+					t.Fatalf("block size %d: [%d]=%d leaves the name unchanged", bs, i, v)
+				}
+			}
+			for j := i + 1; j < bs; j++ {
+				b := slices.Clone(base)
+				b[i], b[j] = b[j], b[i]
+				add(fmt.Sprintf("swap %d,%d", i, j), b)
+			}
+		}
+	}
+}
+
 // Recording skips the prefix already present: a repeated prompt adds
 // nothing, a follow-up turn adds only its new blocks.
 func TestRecordPrefixIncremental(t *testing.T) {
@@ -191,5 +231,94 @@ func TestRecordPrefixIncremental(t *testing.T) {
 		if _, hit := c.PredictHit(p); !hit {
 			t.Errorf("%d-token prefix missed", len(p))
 		}
+	}
+}
+
+// Naming every block of a 50k-token prompt (a 200 KB prompt rendered), the
+// work PredictHit and RecordPrefix each do once per request.
+func BenchmarkPrefixHash50k(b *testing.B) {
+	tokens := seqTokens(1, 50000)
+	for i := range tokens {
+		tokens[i] = tokens[i] * 7919 % 151000
+	}
+	const bs = 16
+	b.SetBytes(8 * int64(len(tokens)))
+	var sink uint64
+	for b.Loop() {
+		h := hashSeed
+		for i := 0; i+bs <= len(tokens); i += bs {
+			h = chainHash(h, tokens[i:i+bs])
+		}
+		sink ^= h
+	}
+	_ = sink
+}
+
+// Bisection finds the longest recorded prefix whether it is the whole
+// prompt, part of it or nothing.
+func TestPrefixIndexAddBisects(t *testing.T) {
+	names := func(start, n int) []uint64 {
+		hs := make([]uint64, n)
+		for i := range hs {
+			hs[i] = uint64(start + i)
+		}
+		return hs
+	}
+	for _, tc := range []struct {
+		name    string
+		before  []uint64 // recorded first
+		add     []uint64
+		wantLen int
+	}{
+		{"new prompt", nil, names(1, 100), 100},
+		{"repeat", names(1, 100), names(1, 100), 100},
+		{"follow-up", names(1, 40), names(1, 100), 100},
+		{"prefix of a recorded prompt", names(1, 100), names(1, 7), 100},
+		{"unrelated", names(1, 50), names(1000, 50), 100},
+		{"one name", nil, names(5, 1), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := newPrefixIndex(1000)
+			x.add(tc.before)
+			x.add(tc.add)
+			if n := x.len(); n != tc.wantLen {
+				t.Fatalf("%d names, want %d", n, tc.wantLen)
+			}
+			for _, h := range tc.add {
+				if !x.has(h) {
+					t.Fatalf("name %d missing", h)
+				}
+			}
+		})
+	}
+	// Presence not prefix-closed (names 11-50 evicted): bisection stops at
+	// 10 and puts 11-50 back, where a scan from the end stopped at 60.
+	x := newPrefixIndex(1000)
+	x.add(names(1, 10))
+	x.add(names(51, 10))
+	x.add(names(1, 100))
+	for h := uint64(1); h <= 100; h++ {
+		if !x.has(h) {
+			t.Fatalf("name %d missing", h)
+		}
+	}
+}
+
+// Recording a prompt never seen (the usual case: each conversation's first
+// turn): naming 50k tokens and inserting ~3k names into a full index.
+func BenchmarkRecordNewPrompt50k(b *testing.B) {
+	c, _ := newDirect(b, Config{}, 1, RoleDecode)
+	tg := mustPick(b, c, RoleDecode)
+	prompt := seqTokens(1, 50000)
+	for i := range 4 { // fill the index (10000 names)
+		prompt[0] = int64(-1 - i)
+		c.RecordPrefix(tg, prompt)
+	}
+	b.ReportAllocs()
+	n := int64(0)
+	for b.Loop() {
+		n++
+		prompt[0] = 1<<40 + n
+		c.RecordPrefix(tg, prompt)
 	}
 }
