@@ -85,6 +85,9 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 			return res
 		}
 		t, e = mm.ParseRenderCompletions(raw)
+		if e != nil && !jsonb.Valid(raw) { // not JSON at all: 502 bad_gateway, not a protocol error
+			e = leg.Unparseable(x, res.HTTPStatus, raw)
+		}
 		if e != nil {
 			return engine.Result{HTTPStatus: res.HTTPStatus, Err: e, Attrs: res.Attrs}
 		}
@@ -114,6 +117,9 @@ func (n *Node) chat(ctx context.Context, x *engine.Exec, st *engine.State) engin
 		return res
 	}
 	t, items, e := mm.ParseRenderChat(raw, media)
+	if e != nil && !jsonb.Valid(raw) { // judged only on failure: the parse above validated it
+		e = leg.Unparseable(x, res.HTTPStatus, raw)
+	}
 	if e != nil {
 		return engine.Result{HTTPStatus: res.HTTPStatus, Err: e, Attrs: res.Attrs}
 	}
@@ -143,7 +149,9 @@ func (n *Node) call(ctx context.Context, x *engine.Exec, path string, body []byt
 		return nil, engine.Result{HTTPStatus: status, Err: e, Attrs: attrs}
 	}
 	attrs[string(leg.AttrTTFB)] = float64(time.Since(start).Microseconds()) / 1000
-	raw, e := leg.ReadJSON(x, resp, replyLimit)
+	// Read, not ReadJSON: the mm parsers scan the reply anyway (a 50k-id
+	// reply is the largest body render sees), and judge it on failure.
+	raw, e := leg.ReadBody(x, resp, replyLimit)
 	res := engine.Result{HTTPStatus: resp.StatusCode, Attrs: attrs}
 	if e != nil {
 		res.Err = e
