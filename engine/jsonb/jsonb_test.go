@@ -235,3 +235,26 @@ func TestStringScanEveryPosition(t *testing.T) {
 		}
 	}
 }
+
+// Long strings take the vectorised path: a control byte or an escape
+// anywhere in them must still be seen.
+func TestLongStringScan(t *testing.T) {
+	for _, n := range []int{65, 100, 257} {
+		for pos := 0; pos < n; pos += 7 {
+			base := []byte(strings.Repeat("y", n))
+			bad := append([]byte(nil), base...)
+			bad[pos] = 0x1f
+			if _, err := Parse([]byte(`{"a":"` + string(bad) + `"}`)); err == nil {
+				t.Errorf("n=%d: control byte at %d accepted", n, pos)
+			}
+			esc := string(base[:pos]) + `\"` + string(base[pos:])
+			o, err := Parse([]byte(`{"a":"` + esc + `","b":2}`))
+			if err != nil {
+				t.Fatalf("n=%d: escape at %d: %v", n, pos, err)
+			}
+			if v, _ := o.Get("a"); len(v) != n+4 {
+				t.Errorf("n=%d: escape at %d: value %d bytes", n, pos, len(v))
+			}
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package jsonb
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -123,8 +124,18 @@ func (s *scanner) str(i int) (int, error) {
 	start := i
 	i++
 	for {
+		// Long strings (prompts, base64 payloads): find the next quote with
+		// the runtime's vectorised search, then prove the run before it has
+		// no backslash (vectorised too) and no control byte (one SWAR test
+		// per word), and jump there at once.
+		if q := bytes.IndexByte(b[i:], '"'); q > 64 {
+			run := b[i : i+q]
+			if bytes.IndexByte(run, '\\') < 0 && !hasControl(run) {
+				return i + q + 1, nil
+			}
+		}
 		// Skip 8 bytes at a time while none is a quote, a backslash or a
-		// control character: long base64 payloads and prompts live here.
+		// control character.
 		for i+8 <= len(b) {
 			w := binary.LittleEndian.Uint64(b[i:])
 			if hasLess(w, 0x20)|hasZero(w^(lsb*'"'))|hasZero(w^(lsb*'\\')) != 0 {
@@ -356,3 +367,23 @@ const (
 func hasZero(w uint64) uint64 { return (w - lsb) & ^w & msb }
 
 func hasLess(w uint64, n uint64) uint64 { return (w - lsb*n) & ^w & msb }
+
+// hasControl reports whether p holds a byte below 0x20.
+func hasControl(p []byte) bool {
+	i := 0
+	for ; i+32 <= len(p); i += 32 {
+		w0 := binary.LittleEndian.Uint64(p[i:])
+		w1 := binary.LittleEndian.Uint64(p[i+8:])
+		w2 := binary.LittleEndian.Uint64(p[i+16:])
+		w3 := binary.LittleEndian.Uint64(p[i+24:])
+		if hasLess(w0, 0x20)|hasLess(w1, 0x20)|hasLess(w2, 0x20)|hasLess(w3, 0x20) != 0 {
+			return true
+		}
+	}
+	for ; i < len(p); i++ {
+		if p[i] < 0x20 {
+			return true
+		}
+	}
+	return false
+}
