@@ -21,7 +21,8 @@ func (rs *run) launch(i int, items []any, delay time.Duration) {
 	o := &rs.out[i]
 	x := &rs.execs[i]
 	if x.Attempt == 0 {
-		*x = Exec{Run: rs.r, NodeID: n.id, Index: -1, Span: noopSpan}
+		// x is zero (a fresh or cleared scratch): set what differs.
+		x.Run, x.NodeID, x.Index, x.Span = rs.r, n.id, -1, noopSpan
 		ctx := rs.ctx
 		if rs.tracer != nil {
 			var sp = noopSpan
@@ -31,14 +32,17 @@ func (rs *run) launch(i int, items []any, delay time.Duration) {
 			}
 			rs.spans[i], x.Span = sp, sp
 		}
-		rs.execs[i].Run = rs.r
 		rs.setCtx(i, ctx)
 	}
 	x.Attempt++
 	rs.running++
 	inline := delay == 0 && rs.running == 1 && len(rs.ready) == 0
 	if inline {
-		rs.complete(rs.execute(i, rs.nodeCtx(i), items))
+		// Nothing ran between the decision and now: the attempt starts at
+		// the node's recorded start, so it costs one clock read, at its end.
+		var c completion
+		rs.execute(&c, i, rs.nodeCtx(i), items, o.Start)
+		rs.complete(&c)
 		return
 	}
 	if rs.done == nil {
@@ -61,7 +65,9 @@ func (rs *run) launch(i int, items []any, delay time.Duration) {
 				t.Stop()
 			}
 		}
-		rs.done <- rs.execute(i, ctx, items)
+		var c completion
+		rs.execute(&c, i, ctx, items, time.Time{})
+		rs.done <- c
 	}()
 }
 
@@ -72,16 +78,20 @@ func (rs *run) nodeCtx(i int) context.Context     { return rs.execs[i].ctx }
 
 // execute runs one attempt (every item, for a fan-out) under the node's
 // timeout, clipped to the request deadline, and classifies the result. It
-// runs on the node's goroutine and touches only its own Exec.
-func (rs *run) execute(i int, ctx context.Context, items []any) completion {
+// runs on the node's goroutine and touches only its own Exec. start is
+// when the attempt began, zero to read the clock. It fills c (zero).
+func (rs *run) execute(c *completion, i int, ctx context.Context, items []any, start time.Time) {
 	n := rs.w.nodes[i]
 	x := &rs.execs[i]
-	c := completion{i: i, start: time.Now()}
+	if start.IsZero() {
+		start = time.Now()
+	}
+	c.i, c.start = i, start
 	if err := ctx.Err(); err != nil {
 		c.status, c.err, c.reason = rs.cancelled(err)
-		return c
+		return
 	}
-	actx, cancel, clipped := rs.attemptCtx(ctx, n.timeout)
+	actx, cancel, clipped := rs.attemptCtx(ctx, n.timeout, start)
 	if items != nil {
 		c.res, c.items = rs.fanOut(actx, n, x, items)
 	} else {
@@ -91,16 +101,15 @@ func (rs *run) execute(i int, ctx context.Context, items []any) completion {
 		cancel()
 	}
 	c.dur = time.Since(c.start)
-	c.status, c.err, c.reason = rs.classify(ctx, actx, n, c.res, clipped)
-	return c
+	c.status, c.err, c.reason = rs.classify(ctx, actx, n, &c.res, clipped)
 }
 
 // attemptCtx applies the node timeout, clipped to the request deadline. A
 // clipped timer that fires is the request deadline (ACCEPTANCE 52).
-func (rs *run) attemptCtx(ctx context.Context, t time.Duration) (context.Context, context.CancelFunc, bool) {
+func (rs *run) attemptCtx(ctx context.Context, t time.Duration, now time.Time) (context.Context, context.CancelFunc, bool) {
 	dl := rs.r.Deadline
 	switch {
-	case t > 0 && (dl.IsZero() || time.Until(dl) >= t):
+	case t > 0 && (dl.IsZero() || dl.Sub(now) >= t):
 		c, cancel := context.WithTimeout(ctx, t)
 		return c, cancel, false
 	case !dl.IsZero():
@@ -112,7 +121,7 @@ func (rs *run) attemptCtx(ctx context.Context, t time.Duration) (context.Context
 
 // classify turns a node's Result into an outcome status and a typed error
 // wrapped once with the node id.
-func (rs *run) classify(ctx, actx context.Context, n *cnode, res Result, clipped bool) (Status, *Error, string) {
+func (rs *run) classify(ctx, actx context.Context, n *cnode, res *Result, clipped bool) (Status, *Error, string) {
 	if res.Err == nil {
 		return StatusSucceeded, nil, ""
 	}
@@ -130,7 +139,7 @@ func (rs *run) classify(ctx, actx context.Context, n *cnode, res Result, clipped
 		e := &Error{Kind: KindUpstreamTimeout, Node: n.id, Item: -1, Msg: "timed out after " + n.timeout.String(), Cause: res.Err}
 		return StatusTimedOut, e, e.Msg
 	}
-	e := wrap(AsError(res.Err), n.id, -1)
+	e := wrap(asError(res.Err), n.id, -1)
 	if e.Kind == KindUpstreamTimeout || e.Kind == KindDeadline {
 		return StatusTimedOut, e, e.Msg
 	}
@@ -143,6 +152,15 @@ func (rs *run) cancelled(err error) (Status, *Error, string) {
 		return StatusTimedOut, e, "request deadline exceeded"
 	}
 	return StatusCancelled, e, "client disconnected"
+}
+
+// asError is AsError with a fast path for the common case, a node that
+// returns an *Error itself (errors.As would find the same value).
+func asError(err error) *Error {
+	if e, ok := err.(*Error); ok && e != nil {
+		return e
+	}
+	return AsError(err)
 }
 
 // wrap fills the node id (and item) of an error that has none, once; the
@@ -170,10 +188,9 @@ func panicErr(r any) error { return fmt.Errorf("panic: %v\n%s", r, debug.Stack()
 
 // complete records one attempt's completion, on the scheduler goroutine:
 // retry, end the run, fail it, or propagate.
-func (rs *run) complete(c completion) {
+func (rs *run) complete(c *completion) {
 	rs.running--
 	i := c.i
-	n := rs.w.nodes[i]
 	o := &rs.out[i]
 	o.Status, o.Err, o.Reason = c.status, c.err, c.reason
 	o.HTTPStatus, o.Header, o.Outputs, o.Items = c.res.HTTPStatus, c.res.Header, c.res.Outputs, c.items
@@ -185,11 +202,13 @@ func (rs *run) complete(c completion) {
 	o.Duration = rs.last.Sub(o.Start)
 	o.Responded = c.res.Responded
 	rs.syncState(i)
-	if providesAny(n.contract, []Key{KeyMedia, KeyFeatures}) {
-		rs.act.MediaChanged()
-	}
-	if providesAny(n.contract, []Key{KeyTokens}) {
-		rs.refreshTokens()
+	if h := &rs.hot[i]; h.media || h.tokens {
+		if h.media {
+			rs.act.MediaChanged()
+		}
+		if h.tokens {
+			rs.refreshTokens()
+		}
 	}
 	if c.res.Responded {
 		rs.answered, rs.ended = true, true
@@ -249,11 +268,21 @@ func (rs *run) decideRunning(i int, attrs map[string]any) {
 func (rs *run) handled(i int) bool {
 	for _, ref := range rs.w.succ[i] {
 		e := &rs.w.nodes[ref.to].needs[ref.k]
-		if e.cond != nil && rs.cond(i, e) {
-			return true
+		if e.cond == nil {
+			continue
 		}
+		ok := rs.cond(i, e)
 		if rs.stopped {
 			return false
+		}
+		if rs.edges[e.gidx].memo {
+			rs.memo[e.gidx] = memoFalse
+			if ok {
+				rs.memo[e.gidx] = memoTrue
+			}
+		}
+		if ok {
+			return true
 		}
 	}
 	return false
@@ -263,7 +292,7 @@ func (rs *run) handled(i int) bool {
 // anyone) began answering the client, never when the client left or the
 // request deadline passed, and only while the predicate holds (by default:
 // timeouts, 5xx and transport failures).
-func (rs *run) retry(i int, c completion) bool {
+func (rs *run) retry(i int, c *completion) bool {
 	n := rs.w.nodes[i]
 	p := n.retry
 	if rs.stopped || rs.execs[i].Attempt >= p.attempts || rs.r.Answered() || c.err == nil {
@@ -293,7 +322,7 @@ func (rs *run) retry(i int, c completion) bool {
 	}
 	var items []any
 	if n.foreach != nil {
-		items, _ = rs.items(n)
+		items, _ = rs.items(i, n)
 	}
 	rs.launch(i, items, max(d, time.Nanosecond))
 	return true
@@ -327,7 +356,12 @@ func backoff(p retryPolicy, done int) time.Duration {
 
 // items evaluates a node's foreach list into Go values: media elements
 // become the run's engine.MediaItem (Exec.Item), others their CEL value.
-func (rs *run) items(n *cnode) ([]any, error) {
+func (rs *run) items(i int, n *cnode) ([]any, error) {
+	if rs.hot[i].allMedia {
+		if out, ok := rs.allMedia(); ok {
+			return out, nil
+		}
+	}
 	l, err := n.foreach.List(rs.act)
 	if err != nil {
 		return nil, err
@@ -342,4 +376,21 @@ func (rs *run) items(n *cnode) ([]any, error) {
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// allMedia is `foreach: media` without CEL: what items returns for it when
+// every item's Index is a position in the run's list (else ok is false and
+// the list is evaluated).
+func (rs *run) allMedia() (out []any, ok bool) {
+	media := rs.r.State.Media
+	for k := range media {
+		if j := media[k].Index; j < 0 || j >= len(media) {
+			return nil, false
+		}
+	}
+	out = make([]any, 0, len(media))
+	for k := range media {
+		out = append(out, media[media[k].Index])
+	}
+	return out, true
 }

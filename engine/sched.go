@@ -39,7 +39,17 @@ type run struct {
 	tracer trace.Tracer
 	start  time.Time
 	last   time.Time // the latest clock reading of the walk
+
+	hot   []hotNode
+	edges []hotEdge
+	memo  []uint8 // per edge: a condition value kept for propagate (memoTrue, memoFalse)
+	route int     // the request's slot in hotNode.guard
 }
+
+const (
+	memoTrue  = 1
+	memoFalse = 2
+)
 
 // completion is what one attempt of a node reports back.
 type completion struct {
@@ -64,16 +74,21 @@ func (w *Workflow) Serve(r *Run) *Report {
 	return rep
 }
 
-// scratch is the per-run state that does not outlive Serve; it is pooled
-// per workflow. The outcomes do outlive it (they are the Report).
+// scratch is the per-run state that does not outlive Serve, the run
+// itself included; it is pooled per workflow. The outcomes do outlive it
+// (they are the Report).
 type scratch struct {
+	rs      run
 	act     *celenv.Activation
 	pending []int32
 	decided []bool
 	fired   []bool
+	memo    []uint8
 	ready   []int
 	execs   []Exec
 	spans   []trace.Span
+	hot     []hotNode
+	edges   []hotEdge
 }
 
 func (w *Workflow) getScratch() *scratch {
@@ -81,15 +96,18 @@ func (w *Workflow) getScratch() *scratch {
 		return sc
 	}
 	n := len(w.nodes)
-	return &scratch{act: w.env.NewActivation(n), pending: make([]int32, n), decided: make([]bool, n),
-		fired: make([]bool, w.nedge), ready: make([]int, 0, n), execs: make([]Exec, n), spans: make([]trace.Span, n)}
+	sc := &scratch{act: w.env.NewActivation(n), pending: make([]int32, n), decided: make([]bool, n),
+		fired: make([]bool, w.nedge), memo: make([]uint8, w.nedge), ready: make([]int, 0, n),
+		execs: make([]Exec, n), spans: make([]trace.Span, n)}
+	sc.hot, sc.edges = w.hotTables()
+	return sc
 }
 
 // putScratch returns a run's scratch when nothing can touch it any more:
 // no node goroutine is left (a survivor of the end still holds its Exec).
 func (rs *run) putScratch() {
-	for i, x := range rs.execs {
-		if x.Attempt > 0 && !rs.decided[i] {
+	for i := range rs.execs {
+		if rs.execs[i].Attempt > 0 && !rs.decided[i] {
 			return
 		}
 	}
@@ -97,15 +115,22 @@ func (rs *run) putScratch() {
 	sc.act.Reset()
 	clear(sc.decided)
 	clear(sc.fired)
+	clear(sc.memo)
 	clear(sc.execs)
-	clear(sc.spans)
+	if rs.tracer != nil {
+		clear(sc.spans)
+	}
 	sc.ready = sc.ready[:0]
-	rs.w.pool.Put(sc)
+	w := rs.w
+	sc.rs = run{}
+	w.pool.Put(sc)
 }
 
 func (w *Workflow) newRun(r *Run) *run {
 	now := time.Now()
-	rs := &run{w: w, r: r, ctx: r.Ctx, start: now, last: now}
+	sc := w.getScratch()
+	rs := &sc.rs
+	rs.w, rs.r, rs.ctx, rs.start, rs.last = w, r, r.Ctx, now, now
 	if rs.ctx == nil {
 		rs.ctx = context.Background()
 	}
@@ -113,8 +138,8 @@ func (w *Workflow) newRun(r *Run) *run {
 		r.Deadline = rs.start.Add(w.requestTimeout)
 	}
 	rs.tracer, _ = tracer()
-	sc := w.getScratch()
 	rs.sc, rs.act, rs.pending, rs.decided, rs.fired, rs.ready, rs.execs = sc, sc.act, sc.pending, sc.decided, sc.fired, sc.ready, sc.execs
+	rs.hot, rs.edges, rs.memo = sc.hot, sc.edges, sc.memo
 	if rs.tracer != nil {
 		rs.spans = sc.spans
 	}
@@ -123,10 +148,13 @@ func (w *Workflow) newRun(r *Run) *run {
 	if req := r.Req; req != nil {
 		rs.act.Request = celenv.Request{ID: req.ID, Format: req.Route.String(), Path: req.Route.Path(),
 			Model: req.Model, Stream: req.Stream, Header: req.Header}
+		if int(req.Route) < len(hotNode{}.guard) {
+			rs.route = int(req.Route)
+		}
 	}
 	rs.refreshTokens()
 	for i, nd := range w.nodes {
-		rs.out[i] = Outcome{Node: nd.id, Type: nd.typ}
+		rs.out[i].Node, rs.out[i].Type = nd.id, nd.typ // the rest is zero already
 		rs.pending[i] = int32(len(nd.needs))
 		if len(nd.needs) == 0 {
 			rs.ready = append(rs.ready, i)
@@ -162,7 +190,8 @@ func (rs *run) walk() {
 		if rs.running == 0 || (rs.ended && rs.onlySurvivors()) {
 			break
 		}
-		rs.complete(<-rs.done)
+		c := <-rs.done
+		rs.complete(&c)
 	}
 	rs.finish()
 }
@@ -184,9 +213,13 @@ func (rs *run) decide(i int) {
 		rs.fail(AsError(err))
 		return
 	}
-	if !rs.r.Deadline.IsZero() && !time.Now().Before(rs.r.Deadline) {
-		rs.fail(&Error{Kind: KindDeadline, Node: rs.w.nodes[i].id, Item: -1, Msg: "request deadline exceeded before the node started"})
-		return
+	if !rs.r.Deadline.IsZero() {
+		now := time.Now()
+		if !now.Before(rs.r.Deadline) {
+			rs.fail(&Error{Kind: KindDeadline, Node: rs.w.nodes[i].id, Item: -1, Msg: "request deadline exceeded before the node started"})
+			return
+		}
+		rs.last = now // the clock was read anyway: the node starts now
 	}
 	n := rs.w.nodes[i]
 	o := &rs.out[i]
@@ -205,13 +238,17 @@ func (rs *run) decide(i int) {
 			}
 		}
 		if nf == 0 || (nf < len(n.needs) && !n.joinAny) {
-			rs.settle(i, StatusOmitted, rs.omitReason(n))
+			reason := rs.hot[i].omitted
+			if reason == "" {
+				reason = rs.omitReason(n)
+			}
+			rs.settle(i, StatusOmitted, reason)
 			return
 		}
 		o.Edge = rs.firedLabel(n, nf)
 	}
 	if n.when != nil {
-		ok, err := n.when.Bool(rs.act)
+		ok, err := rs.guard(i, n)
 		if err != nil {
 			// ACCEPTANCE 49: an erroring guard fails the request, never skips.
 			e := &Error{Kind: KindInternal, Node: n.id, Item: -1, Msg: "guard evaluation failed", Cause: err}
@@ -221,14 +258,14 @@ func (rs *run) decide(i int) {
 			return
 		}
 		if !ok {
-			rs.settle(i, StatusSkipped, "guard false: "+n.when.Src)
+			rs.settle(i, StatusSkipped, rs.hot[i].guardFalse)
 			return
 		}
 	}
 	var items []any
 	if n.foreach != nil {
 		var err error
-		if items, err = rs.items(n); err != nil {
+		if items, err = rs.items(i, n); err != nil {
 			e := &Error{Kind: KindInternal, Node: n.id, Item: -1, Msg: "foreach evaluation failed", Cause: err}
 			o.Err = e
 			rs.settle(i, StatusFailed, "foreach error: "+err.Error())
@@ -241,6 +278,18 @@ func (rs *run) decide(i int) {
 		}
 	}
 	rs.launch(i, items, 0)
+}
+
+// guard is node i's when: value, evaluated only when the route does not
+// decide it already.
+func (rs *run) guard(i int, n *cnode) (bool, error) {
+	switch rs.hot[i].guard[rs.route] {
+	case celenv.True:
+		return true, nil
+	case celenv.False:
+		return false, nil
+	}
+	return n.when.Bool(rs.act)
 }
 
 func (rs *run) omitReason(n *cnode) string {
@@ -333,7 +382,13 @@ func (rs *run) propagate(i int) {
 			}
 		case StatusFailed, StatusTimedOut:
 			if e.cond != nil {
-				fire = rs.cond(i, e)
+				switch rs.memo[e.gidx] {
+				case memoTrue:
+					fire = true
+				case memoFalse:
+				default:
+					fire = rs.cond(i, e)
+				}
 			}
 		}
 		if rs.stopped && rs.err != nil {

@@ -457,3 +457,140 @@ nodes:
 		t.Fatalf("%v", r.rep.Err)
 	}
 }
+
+// Guards that a route decides (literals, request.format) are not
+// evaluated, yet read exactly as evaluated: same statuses and reasons, and
+// an erroring operand the route does not absorb still fails the run
+// (ACCEPTANCE 49).
+func TestStaticGuards(t *testing.T) {
+	w := load(t, `
+nodes:
+  - {id: lit, type: t-noop, when: "true"}
+  - {id: chat, type: t-noop, needs: [lit], when: 'request.format == "chat"'}
+  - {id: text, type: t-noop, needs: [chat], when: 'request.format in ["chat", "completions"]'}
+  - {id: mixed, type: t-noop, needs: [text], when: 'request.format != "generate" && request.model == "m"'}
+  - {id: absorb, type: t-noop, needs: [mixed], when: 'request.format == "chat" || request.headers["missing"] == "x"'}
+  - {id: decode, type: t-decode, needs: [absorb]}
+`)
+	tests := []struct {
+		route  engine.Route
+		want   string
+		reason string // of node chat
+		fails  bool
+	}{
+		{engine.RouteChat, "lit=succeeded chat=succeeded text=succeeded mixed=succeeded absorb=succeeded decode=succeeded", "", false},
+		{engine.RouteCompletions, "lit=succeeded chat=skipped text=succeeded mixed=succeeded absorb=failed decode=skipped",
+			`guard false: request.format == "chat"`, true},
+		{engine.RouteGenerate, "lit=succeeded chat=skipped text=skipped mixed=skipped absorb=failed decode=skipped",
+			`guard false: request.format == "chat"`, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.route.String(), func(t *testing.T) {
+			for range 2 { // the second run uses the pooled scratch
+				r := serve(t, w, context.Background(), tc.route, `{}`)
+				if got := statuses(r.rep); got != tc.want {
+					t.Fatalf("got  %s\nwant %s", got, tc.want)
+				}
+				if o := outcome(r.rep, "chat"); o.Reason != tc.reason {
+					t.Fatalf("reason %q", o.Reason)
+				}
+				if fails := r.rep.Err != nil; fails != tc.fails || (fails && r.rep.Err.HTTPStatus() != 500) {
+					t.Fatalf("err %v", r.rep.Err)
+				}
+			}
+		})
+	}
+}
+
+// An edge condition computed to decide whether a failure is handled is
+// reused when the edges propagate, except one that reads the reason: that
+// changed in between ("handled by an outgoing edge") and is read afresh.
+func TestHandledConditionReuse(t *testing.T) {
+	w := load(t, `
+nodes:
+  - {id: probe, type: t-cond-decode, params: {status: 412}}
+  - {id: by_reason, type: t-noop, needs: [{node: probe, if: 'outcome.reason.contains("handled")'}]}
+  - {id: by_status, type: t-noop, needs: [{node: probe, if: "response.status == 412"}]}
+  - {id: hit, type: t-noop, needs: [{node: probe, if: "response.status == 200"}]}
+  - {id: decode, type: t-decode, needs: [by_reason, by_status, hit], join: any}
+`)
+	for range 2 {
+		r := serve(t, w, context.Background(), engine.RouteChat, `{}`)
+		want := "probe=failed by_reason=succeeded by_status=succeeded hit=omitted decode=succeeded"
+		if got := statuses(r.rep); got != want || r.rep.Err != nil {
+			t.Fatalf("got  %s (%v)\nwant %s", got, r.rep.Err, want)
+		}
+		if o := outcome(r.rep, "probe"); !o.Handled || !strings.HasSuffix(o.Reason, "handled by an outgoing edge") {
+			t.Fatalf("probe %+v", o)
+		}
+	}
+}
+
+// A fan-out over one item runs it on the scheduler's goroutine, with the
+// same outcomes as several: item outcomes, the merge, and a failure that
+// names the item.
+func TestFanOutOneItem(t *testing.T) {
+	one := `{"messages":[{"content":[{"type":"image_url"}]}]}`
+	tests := []struct {
+		name, params string
+		status       engine.Status
+		where        string // "" for success
+	}{
+		{"ok", "{}", engine.StatusSucceeded, ""},
+		{"fails", "{status: 502}", engine.StatusFailed, "encode[0]"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := load(t, `
+nodes:
+  - {id: fetch, type: t-fetch}
+  - {id: encode, type: t-encode, needs: [fetch], foreach: media, params: `+tc.params+`}
+  - {id: decode, type: t-decode, needs: [encode]}
+`)
+			r := serve(t, w, context.Background(), engine.RouteChat, one)
+			enc := outcome(r.rep, "encode")
+			if enc.Status != tc.status || len(enc.Items) != 1 || enc.Items[0].Status != tc.status {
+				t.Fatalf("encode %+v", enc)
+			}
+			if !slices.Contains(r.events, "start encode[0]") {
+				t.Fatalf("events %v", r.events)
+			}
+			if tc.where == "" {
+				if r.rep.Err != nil || enc.Outputs["items"] != int64(1) {
+					t.Fatalf("err %v outputs %v", r.rep.Err, enc.Outputs)
+				}
+				return
+			}
+			if e := r.rep.Err; e == nil || e.Where() != tc.where || e.Code() != "bad_gateway" {
+				t.Fatalf("err %+v", e)
+			}
+		})
+	}
+}
+
+// Each node that runs reads the clock once, at its end: it starts when
+// the walk decided it, and its duration covers its work.
+func TestInlineTiming(t *testing.T) {
+	w := load(t, `
+nodes:
+  - {id: a, type: t-noop}
+  - {id: slow, type: t-noop, needs: [a], params: {delay: 20ms}}
+  - {id: decode, type: t-decode, needs: [slow]}
+`)
+	before := time.Now()
+	r := serve(t, w, context.Background(), engine.RouteChat, `{}`)
+	after := time.Now()
+	prevEnd := before
+	for _, o := range r.rep.Outcomes {
+		if o.Start.Before(prevEnd) || o.Duration < 0 || o.Start.Add(o.Duration).After(after) {
+			t.Fatalf("%s starts %v lasts %v (previous end %v)", o.Node, o.Start, o.Duration, prevEnd)
+		}
+		prevEnd = o.Start.Add(o.Duration)
+	}
+	if d := outcome(r.rep, "slow").Duration; d < 20*time.Millisecond {
+		t.Fatalf("slow lasted %v", d)
+	}
+	if r.rep.Duration < 20*time.Millisecond || r.rep.Duration > after.Sub(before) {
+		t.Fatalf("run lasted %v", r.rep.Duration)
+	}
+}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strings"
 	"sync"
 	"time"
 
@@ -64,6 +65,71 @@ type retryPolicy struct {
 	jitter              bool
 	cond                *celenv.Expr // nil: retry retryable failures (5xx, transport, timeouts)
 	condPtr             string
+}
+
+// hotNode is what the walk reads about a node on every request, derived
+// from the compiled node when a scratch is made (so once per pooled run
+// state, never per request).
+type hotNode struct {
+	// guard is the when: guard's value known without evaluating it, per
+	// Route (slot 0: no request or an unknown route): a literal, or a guard
+	// that depends on request.format alone (celenv.Expr.OnRoute). Unknown
+	// means evaluate. CEL's && and || absorb errors, so a known value is
+	// exactly what evaluation would return.
+	guard      [4]celenv.Tri
+	guardFalse string // skip reason: "guard false: <src>"
+	omitted    string // omit reason of a node with a single need
+	// media, tokens: the node provides run data the CEL view mirrors, so
+	// its completion refreshes it.
+	media, tokens bool
+	// allMedia: the foreach list is `media` itself, read from the run
+	// without evaluating it.
+	allMedia bool
+}
+
+// hotEdge is the per-request view of an edge (indexed by cedge.gidx).
+type hotEdge struct {
+	// memo: the condition's value about a failed node, computed to decide
+	// whether the failure is handled, is reused when the edges propagate.
+	// The only state that changes in between is the node's reason (it
+	// gains "handled by an outgoing edge"), so conditions that mention
+	// `reason` are evaluated again.
+	memo bool
+}
+
+// hotTables derives the walk's per-node and per-edge tables.
+func (w *Workflow) hotTables() ([]hotNode, []hotEdge) {
+	hn := make([]hotNode, len(w.nodes))
+	he := make([]hotEdge, w.nedge)
+	for i, n := range w.nodes {
+		h := &hn[i]
+		if x := n.when; x != nil {
+			h.guardFalse = "guard false: " + x.Src
+			if x.Const != nil {
+				h.guard[0] = celenv.False
+				if *x.Const {
+					h.guard[0] = celenv.True
+				}
+			}
+			for _, r := range Routes {
+				if int(r) < len(h.guard) {
+					h.guard[r] = x.OnRoute(r.String())
+				}
+			}
+		}
+		h.allMedia = n.foreach != nil && strings.TrimSpace(n.foreach.Src) == "media"
+		if len(n.needs) == 1 {
+			h.omitted = "no incoming edge fired: " + n.needs[0].label
+		}
+		h.media = providesAny(n.contract, []Key{KeyMedia, KeyFeatures})
+		h.tokens = providesAny(n.contract, []Key{KeyTokens})
+		for _, e := range n.needs {
+			if e.cond != nil && e.gidx < len(he) {
+				he[e.gidx].memo = !strings.Contains(e.cond.Src, "reason")
+			}
+		}
+	}
+	return hn, he
 }
 
 // NodeInfo describes one compiled node, for tools (graph, explain, docs).
