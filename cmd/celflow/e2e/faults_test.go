@@ -163,7 +163,7 @@ func TestClientDisconnectCancelsDecode(t *testing.T) {
 // within shutdown_timeout, and celflow exits 0 (ACCEPTANCE 184, 186).
 func TestSIGTERMDrainsStream(t *testing.T) {
 	t.Parallel()
-	st := startStack(t, stackOpts{server: map[string]string{"drain_delay": "200ms", "shutdown_timeout": "5s"}})
+	st := startStack(t, stackOpts{server: map[string]string{"drain_delay": "1s", "shutdown_timeout": "5s"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	s := st.client().Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
@@ -175,8 +175,15 @@ func TestSIGTERMDrainsStream(t *testing.T) {
 		t.Fatalf("no first chunk: %v", s.Err())
 	}
 	st.celflow.signal(syscall.SIGTERM)
-	// During drain_delay /readyz is 503 and /healthz stays 200.
-	if code := getStatus(st.url + "/readyz"); code != http.StatusServiceUnavailable {
+	// During drain_delay /readyz is 503 and /healthz stays 200. The signal
+	// reaches the process asynchronously: poll briefly, well inside the delay.
+	code := 0
+	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if code = getStatus(st.url + "/readyz"); code == http.StatusServiceUnavailable {
+			break
+		}
+	}
+	if code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz after SIGTERM: %d, want 503", code)
 	}
 	if code := getStatus(st.url + "/healthz"); code != http.StatusOK {
