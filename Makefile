@@ -5,7 +5,7 @@ PKGS    := ./...
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: build test test-unit test-e2e lint validate bench bench-go demo trace-demo clean
+.PHONY: build test test-race test-unit test-e2e lint validate bench bench-go demo trace-demo clean
 
 build: $(BIN)
 
@@ -15,6 +15,10 @@ FORCE:
 
 ## test: unit tests, workflow validation, then the end-to-end suite (real processes on 127.0.0.1).
 test: lint test-unit validate test-e2e
+
+## test-race: the unit suite under the race detector (CI runs it after make test).
+test-race:
+	$(GO) test -race -count=1 $(PKGS)
 
 test-unit:
 	$(GO) test -count=1 $(PKGS)
