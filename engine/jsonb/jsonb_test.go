@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -256,5 +257,47 @@ func TestLongStringScan(t *testing.T) {
 				t.Errorf("n=%d: escape at %d: value %d bytes", n, pos, len(v))
 			}
 		}
+	}
+}
+
+func BenchmarkParseTokenArray50k(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"token_ids":[`)
+	for i := 0; i < 50000; i++ {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(strconv.Itoa(100 + i*7919%49000))
+	}
+	sb.WriteString(`]}`)
+	body := []byte(sb.String())
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := Parse(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// The plain-integer fast path of arrays hands every unusual element to the
+// general scanner.
+func TestArrayNumbers(t *testing.T) {
+	good := []string{`[1,2,3]`, `[0,10,-5]`, `[1.5,2e3,7]`, `[ 1 , 2 ]`, `[12345678901234567890]`, `[1,"a",[2],{"b":3}]`}
+	bad := []string{`[01]`, `[1,]`, `[1 2]`, `[1.]`, `[1e]`, `[-]`, `[1,2`, `[12a]`, `[1,,2]`}
+	for _, in := range good {
+		if !Valid([]byte(in)) {
+			t.Errorf("%s rejected", in)
+		}
+	}
+	for _, in := range bad {
+		if Valid([]byte(in)) {
+			t.Errorf("%s accepted", in)
+		}
+	}
+	els, err := Elements([]byte(`[7,88,-9,1.5]`), 0)
+	if err != nil || len(els) != 4 || els[1] != [2]int{3, 5} || els[3] != [2]int{9, 12} {
+		t.Errorf("elements %v, %v", els, err)
 	}
 }

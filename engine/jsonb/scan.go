@@ -243,9 +243,14 @@ func (s *scanner) array(i int, elems *[][2]int) (int, error) {
 	}
 	for {
 		vs := i
-		ve, err := s.value(i)
-		if err != nil {
-			return ve, err
+		var ve int
+		if j, ok := s.plainInt(i); ok { // token arrays: tens of thousands of these
+			ve = j
+		} else {
+			var err error
+			if ve, err = s.value(i); err != nil {
+				return ve, err
+			}
 		}
 		if elems != nil {
 			*elems = append(*elems, [2]int{vs, ve})
@@ -386,4 +391,23 @@ func hasControl(p []byte) bool {
 		}
 	}
 	return false
+}
+
+// plainInt is the fast path for an array element that is a plain positive
+// integer followed directly by ',' or ']': it returns the end of the digits.
+// Anything else (0, a sign, a fraction, an exponent, white space) goes the
+// general way through value.
+func (s *scanner) plainInt(i int) (int, bool) {
+	b := s.b
+	if i >= len(b) || b[i] < '1' || b[i] > '9' {
+		return i, false
+	}
+	j := i + 1
+	for j < len(b) && b[j]-'0' < 10 {
+		j++
+	}
+	if j < len(b) && (b[j] == ',' || b[j] == ']') {
+		return j, true
+	}
+	return i, false
 }
