@@ -6,9 +6,7 @@ package ec
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
-	"sort"
-	"strings"
+	"github.com/celflow/celflow/connectors/internal/registry"
 )
 
 // The wire names of the known connectors.
@@ -42,31 +40,17 @@ type Connector interface {
 // 502 upstream_protocol_error.
 var ErrConflict = errors.New("conflicting ec_transfer_params")
 
-var registry = map[string]Connector{
+var table = registry.Table[Connector]{Family: "ec", Default: SharedStorage, Entries: map[string]Connector{
 	SharedStorage: sharedStorage{},
 	NIXL:          nixl{},
-}
+}}
 
 // Lookup returns the connector of that name; "" means ec-shared-storage.
-func Lookup(name string) (Connector, error) {
-	if name == "" {
-		name = SharedStorage
-	}
-	if c, ok := registry[name]; ok {
-		return c, nil
-	}
-	return nil, fmt.Errorf("unknown ec connector %q (known: %s)", name, strings.Join(Names(), ", "))
-}
+// Unknown names are an error listing the known ones.
+func Lookup(name string) (Connector, error) { return table.Lookup(name) }
 
 // Names lists the known connector names, sorted.
-func Names() []string {
-	out := make([]string, 0, len(registry))
-	for n := range registry {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
+func Names() []string { return table.Names() }
 
 // sharedStorage: the encoder cache is shared storage; nothing travels.
 type sharedStorage struct{}

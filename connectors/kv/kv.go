@@ -7,9 +7,7 @@ package kv
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
-	"sort"
-	"strings"
+	"github.com/celflow/celflow/connectors/internal/registry"
 )
 
 // The wire names of the known connectors.
@@ -42,33 +40,18 @@ type Connector interface {
 // nodes map it to 502 upstream_protocol_error.
 var ErrHandoff = errors.New("kv handoff missing or malformed")
 
-var registry = map[string]Connector{
+var table = registry.Table[Connector]{Family: "kv", Default: SharedStorage, Entries: map[string]Connector{
 	SharedStorage: sharedStorage{},
 	NIXL:          nixl{},
 	SGLang:        sglang{},
-}
+}}
 
 // Lookup returns the connector of that name; "" means kv-shared-storage.
 // Unknown names are an error listing the known ones.
-func Lookup(name string) (Connector, error) {
-	if name == "" {
-		name = SharedStorage
-	}
-	if c, ok := registry[name]; ok {
-		return c, nil
-	}
-	return nil, fmt.Errorf("unknown kv connector %q (known: %s)", name, strings.Join(Names(), ", "))
-}
+func Lookup(name string) (Connector, error) { return table.Lookup(name) }
 
 // Names lists the known connector names, sorted.
-func Names() []string {
-	out := make([]string, 0, len(registry))
-	for n := range registry {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
+func Names() []string { return table.Names() }
 
 // sharedStorage: the workers share a KV store; only the two flags travel.
 type sharedStorage struct{}
