@@ -20,12 +20,13 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	format := fs.String("format", "text", "output format: text, json or github (workflow commands for GitHub Actions)")
 	noTests := fs.Bool("no-tests", false, "do not run the files' tests: blocks")
+	cfgPath := fs.String("config", "", "also check this serve config, its CELFLOW_* environment and its workflow, as serve loads them")
 	files, err := parseInterspersed(fs, args)
 	if err != nil {
 		return 2
 	}
-	if len(files) == 0 {
-		fmt.Fprintln(stderr, "usage: celflow validate [--format text|json|github] FILE...")
+	if len(files) == 0 && *cfgPath == "" {
+		fmt.Fprintln(stderr, "usage: celflow validate [--format text|json|github] [--config SERVE.yaml] FILE...")
 		return 2
 	}
 	if *format != "text" && *format != "json" && *format != "github" {
@@ -33,6 +34,13 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var all schema.Diagnostics
+	if *cfgPath != "" {
+		ds, summary := checkServe(*cfgPath, os.Getenv, os.Environ(), !*noTests)
+		all = append(all, ds...)
+		if *format == "text" && !ds.HasErrors() {
+			fmt.Fprintf(stdout, "%s: ok (%s)\n", *cfgPath, summary)
+		}
+	}
 	for _, f := range files {
 		ds, summary := validateFile(f, !*noTests)
 		all = append(all, ds...)
