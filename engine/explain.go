@@ -74,10 +74,30 @@ func (w *Workflow) Explain(ctx context.Context, p Probe, assume map[string]Assum
 	req.Model, req.Stream = hdr.Model, hdr.Stream == true
 	run := NewRun(ctx, req, discard{})
 	if p.Route == RouteGenerate {
+		// The front parses a generate body at entry (PROTOCOL 1.5): its own
+		// token_ids are T, whatever a stub would report.
+		toks, err := generateTokens(p.Body)
+		if err != nil {
+			return nil, err
+		}
 		run.State.Media = scanMedia(p.Route, p.Body)
-		run.State.Tokens = stubTokens(p)
+		run.State.Tokens = toks
 	}
 	return sw.Serve(run), nil
+}
+
+// generateTokens reads a generate body's token_ids as the front would need
+// them: an array of integers (the front's full validation, ranges and
+// features included, lives in engine/mm; explain only needs the count and
+// values CEL can see).
+func generateTokens(body []byte) (Tokens, error) {
+	var g struct {
+		TokenIDs *[]int64 `json:"token_ids"`
+	}
+	if err := json.Unmarshal(body, &g); err != nil || g.TokenIDs == nil {
+		return Tokens{}, fmt.Errorf("a generate request needs token_ids, an array of integers (the front answers 400 invalid_request without it)")
+	}
+	return Tokens{Known: true, IDs: *g.TokenIDs}, nil
 }
 
 func (w *Workflow) index(id string) int {
@@ -170,6 +190,11 @@ func (s *stub) effects(r *Run) {
 }
 
 func stubTokens(p Probe) Tokens {
+	if p.Route == RouteGenerate {
+		if t, err := generateTokens(p.Body); err == nil {
+			return t
+		}
+	}
 	n := p.Tokens
 	if n <= 0 {
 		n = 16

@@ -318,17 +318,27 @@ func (rs *run) firedLabel(n *cnode, nf int) string {
 	if nf == 1 || len(n.needs) == 1 {
 		for _, e := range n.needs {
 			if rs.fired[e.gidx] {
-				return e.label
+				return rs.edgeLabel(e)
 			}
 		}
 	}
 	var parts []string
 	for _, e := range n.needs {
 		if rs.fired[e.gidx] {
-			parts = append(parts, e.label)
+			parts = append(parts, rs.edgeLabel(e))
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// edgeLabel names a fired edge. A skipped predecessor is transparent: its
+// edges fire without their condition being evaluated, so the label says so
+// instead of showing a condition that never ran.
+func (rs *run) edgeLabel(e cedge) string {
+	if e.hasIf && rs.out[e.from].Status == StatusSkipped {
+		return rs.w.nodes[e.from].id + " (skipped: edge not evaluated)"
+	}
+	return e.label
 }
 
 // settle records a node decided without running (skipped, omitted) or
