@@ -17,6 +17,7 @@ type client struct {
 	gatewayHost string
 	render      string          // render service base URL without trailing slash
 	pools       [numRoles]*pool // direct mode; nil entry = no endpoints
+	named       map[string]*pool // direct mode: pools beyond the roles', chosen by a node's target rules
 	rt          *http.Transport
 	bases       *baseCache // parsed base URLs, so a leg does not parse its URL
 }
@@ -49,17 +50,23 @@ func newClient(cfg Config) (*Client, error) {
 	case modeDirect:
 		c.direct = true
 		for r, eps := range cfg.Pools {
-			if len(eps) > 0 {
-				c.pools[roleIndex(r)] = newPool(r, eps, cfg)
+			if len(eps) == 0 {
+				continue
 			}
+			if i := roleIndex(r); i >= 0 {
+				c.pools[i] = newPool(r, eps, cfg)
+				continue
+			}
+			if c.named == nil {
+				c.named = map[string]*pool{}
+			}
+			c.named[string(r)] = newPool(r, eps, cfg)
 		}
 	}
 	bases := []string{c.gateway, c.render}
-	for _, p := range c.pools {
-		if p != nil {
-			for _, e := range p.eps {
-				bases = append(bases, e.base)
-			}
+	for _, p := range c.allPools() {
+		for _, e := range p.eps {
+			bases = append(bases, e.base)
 		}
 	}
 	c.bases = newBaseCache(bases...)
