@@ -330,6 +330,9 @@ func explainLine(o Outcome) string {
 	if o.Edge != "" {
 		parts = append(parts, "via "+o.Edge)
 	}
+	if o.Target != "" {
+		parts = append(parts, o.Target)
+	}
 	return strings.Join(parts, "; ")
 }
 

@@ -21,6 +21,7 @@ type nodeSpec struct {
 	retry         map[string]any
 	hasType       bool
 	fanOut        bool
+	targets       []targetSpec
 }
 
 type needSpec struct {
@@ -52,6 +53,9 @@ func (c *compiler) nodes(root map[string]any) {
 		sp.when, _ = m["when"].(string)
 		sp.foreach, _ = m["foreach"].(string)
 		sp.retry, _ = m["retry"].(map[string]any)
+		if t, ok := m["target"]; ok {
+			sp.targets = parseTargets(ptr+"/target", t)
+		}
 		n := &cnode{idx: i, id: sp.id, typ: sp.typ, ptr: ptr, maxParallel: c.defs.maxParallel, timeout: c.defs.timeout}
 		n.description, _ = m["description"].(string)
 		n.joinAny = m["join"] == "any"

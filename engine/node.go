@@ -99,6 +99,10 @@ type Exec struct {
 	// (a copy), else the CEL value as Go (string, int64, map[string]any...).
 	Item any
 	Span trace.Span
+	// Target is what the node's target rules chose for this request (the
+	// same for every attempt and item); nil when it has none or none
+	// matched. Read-only: it is shared by every request.
+	Target *LegTarget
 
 	ctx context.Context // the node's context across attempts (scheduler only)
 }

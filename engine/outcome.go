@@ -42,6 +42,7 @@ type Outcome struct {
 	Duration   time.Duration
 	Attempt    int
 	Edge       string // the incoming edge that fired ("render", "try_decode[response.status == 412]")
+	Target     string // the target rule that chose the node's legs (LegTarget.Desc), "" for none
 	Handled    bool   // failed or timed out, and an outgoing edge routed the failure
 	Items      []Outcome
 	Outputs    map[string]any

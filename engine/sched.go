@@ -277,6 +277,19 @@ func (rs *run) decide(i int) {
 			return
 		}
 	}
+	if n.targets != nil {
+		t, err := rs.chooseTarget(n)
+		if err != nil {
+			e := &Error{Kind: KindInternal, Node: n.id, Item: -1, Msg: "target evaluation failed", Cause: err}
+			o.Err = e
+			rs.settle(i, StatusFailed, "target error: "+err.Error())
+			rs.fail(e)
+			return
+		}
+		if t != nil {
+			rs.execs[i].Target, o.Target = t, t.Desc
+		}
+	}
 	rs.launch(i, items, 0)
 }
 

@@ -126,6 +126,10 @@ type Leg struct {
 	TTFB   time.Duration // time to first response byte, 0 = none
 	Relay  bool          // decode/conditional-decode: forward client Accept-Encoding, keep the body compressed
 	Trace  http.Header   // traceparent/tracestate to set (from the node's span), nil to forward the client's
+	// Extra headers (canonical names) set after all of the above, replacing
+	// any of the same name: a workflow's target rule (EPP-Profile, an
+	// objective header, upstream.PoolHeader). Shared: never modified.
+	Extra http.Header
 	// NewBody returns a fresh reader over the same bytes as Body. It allows
 	// the one resend of a leg that failed on a stale keep-alive connection
 	// (FIELD-NOTES 3). Nil is fine when Body is a *bytes.Reader,

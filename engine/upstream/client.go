@@ -15,8 +15,8 @@ type client struct {
 	direct      bool
 	gateway     string // base URL without trailing slash (gateway mode)
 	gatewayHost string
-	render      string          // render service base URL without trailing slash
-	pools       [numRoles]*pool // direct mode; nil entry = no endpoints
+	render      string           // render service base URL without trailing slash
+	pools       [numRoles]*pool  // direct mode; nil entry = no endpoints
 	named       map[string]*pool // direct mode: pools beyond the roles', chosen by a node's target rules
 	rt          *http.Transport
 	bases       *baseCache // parsed base URLs, so a leg does not parse its URL

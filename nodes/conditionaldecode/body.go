@@ -22,7 +22,8 @@ func build(x *engine.Exec, route engine.Route, body []byte, t engine.Tokens, med
 			key, val = "prompt", mm.TokenJSON(t)
 		}
 	}
-	if val == nil {
+	model := leg.Model(x)
+	if val == nil && model == nil {
 		return jsonb.Raw(body), nil
 	}
 	obj, e := leg.ParseBody(x, body)
@@ -30,6 +31,12 @@ func build(x *engine.Exec, route engine.Route, body []byte, t engine.Tokens, med
 		return nil, e
 	}
 	ed := jsonb.NewEditor(body)
-	ed.In(obj).Set(key, val)
+	oe := ed.In(obj)
+	if model != nil {
+		oe.Set("model", model)
+	}
+	if val != nil {
+		oe.Set(key, val)
+	}
 	return ed.Body(), nil
 }

@@ -27,7 +27,7 @@ func (n *ConditionalDecode) Run(ctx context.Context, x *engine.Exec) engine.Resu
 			ids = st.Tokens.IDs
 		}
 		hit := false
-		if t, hit = n.client.PredictHit(ids); !hit {
+		if t, hit = leg.PredictHit(x, n.client, ids); !hit {
 			return engine.Result{
 				HTTPStatus: http.StatusPreconditionFailed,
 				Err:        miss(),
