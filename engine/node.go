@@ -55,6 +55,10 @@ type Contract struct {
 	// (the concurrent SGLang prefill, PROTOCOL 9). Client disconnect and the
 	// request deadline still cancel it.
 	SurvivesEnd bool
+	// SharedEndpoint: the node's endpoint is drawn for the whole request,
+	// outside its own legs (the concurrent SGLang session, shared with
+	// decode), so a target rule may not choose its pool.
+	SharedEndpoint bool
 }
 
 // Node is one built, immutable node of a compiled workflow. Run is called

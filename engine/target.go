@@ -121,7 +121,11 @@ func (c *compiler) compileTargets(i int, specs []targetSpec) []targetRule {
 			c.ds.Errorf(c.doc, ts.ptr, "a rule without `if` always matches, so the %d rule(s) after it can never be chosen (move it last, or give it an if)", len(specs)-1-k)
 		}
 		if ts.pool != "" {
-			c.checkPool(ts.ptr+"/pool", ts.pool, role)
+			if n.contract.SharedEndpoint {
+				c.ds.Errorf(c.doc, ts.ptr+"/pool", "this %s node draws its endpoint once per request for every node that shares it (the concurrent kv-sglang session names one prefill host on both legs), so a target rule cannot choose its pool; route by headers or model here, or use the sequential shape", n.typ)
+			} else {
+				c.checkPool(ts.ptr+"/pool", ts.pool, role)
+			}
 		}
 		if ts.model != "" {
 			r.sel.Model, _ = json.Marshal(ts.model)

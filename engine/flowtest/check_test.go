@@ -144,7 +144,8 @@ func (k *checker) leg(where string, l *leg, id string, client http.Header) {
 		if !cd && len(prefer) > 0 {
 			k.bad("%s: Prefer %q on a leg that is not conditional decode (PROTOCOL 2.2)", where, prefer)
 		}
-		if l.pool != "" && l.pool != strings.TrimPrefix(l.kind, "conditional-") {
+		// A named pool (decode-small) takes whatever legs a target rule sends it.
+		if l.pool != "" && !namedPoolRE.MatchString(l.pool) && l.pool != strings.TrimPrefix(l.kind, "conditional-") {
 			k.bad("%s: a %s leg landed on a %s endpoint", where, l.kind, l.pool)
 		}
 	}
