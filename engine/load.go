@@ -92,8 +92,10 @@ func compile(doc *schema.Doc, opts LoadOptions, hash string) (*Workflow, schema.
 	if !ok {
 		return nil, c.ds
 	}
-	c.header(root)
-	c.nodes(root)
+	var wd workflowDoc
+	schema.Decode(doc, "", &wd)
+	c.header(&wd)
+	c.nodes(wd.Nodes)
 	c.cel()
 	c.graph()
 	c.tests(root)
@@ -101,18 +103,14 @@ func compile(doc *schema.Doc, opts LoadOptions, hash string) (*Workflow, schema.
 }
 
 // header reads metadata, routes, defaults, request_timeout and vars.
-func (c *compiler) header(root map[string]any) {
-	if md, ok := root["metadata"].(map[string]any); ok {
-		c.w.name, _ = md["name"].(string)
-		c.w.version, _ = md["version"].(string)
-		c.w.description, _ = md["description"].(string)
+func (c *compiler) header(wd *workflowDoc) {
+	if md := wd.Metadata; md != nil {
+		c.w.name, c.w.version, c.w.description = md.Name.V, md.Version.V, md.Description.V
 	}
-	if rs, ok := root["routes"].([]any); ok {
-		for _, r := range rs {
-			if s, ok := r.(string); ok {
-				if rt, ok := ParseRoute(s); ok {
-					c.w.routes[rt] = true
-				}
+	if wd.Routes.Set {
+		for _, s := range wd.Routes.V {
+			if rt, ok := ParseRoute(s); ok {
+				c.w.routes[rt] = true
 			}
 		}
 	} else {
@@ -120,26 +118,25 @@ func (c *compiler) header(root map[string]any) {
 			c.w.routes[r] = true
 		}
 	}
-	c.w.requestTimeout = duration(root["request_timeout"])
+	c.w.requestTimeout = wd.RequestTimeout.V
 	c.defs = defaultsDoc{maxParallel: DefaultMaxParallel}
-	if d, ok := root["defaults"].(map[string]any); ok {
-		c.defs.kv, _ = d["kv_connector"].(string)
-		c.defs.ec, _ = d["ec_connector"].(string)
-		f, _ := d["format"].(string)
-		c.defs.tokensIn = f == "tokens-in"
-		c.defs.timeout = duration(d["timeout"])
-		if n, ok := integer(d["max_parallel"]); ok {
-			c.defs.maxParallel = n
+	if d := wd.Defaults; d != nil {
+		c.defs.kv, c.defs.ec = d.KVConnector.V, d.ECConnector.V
+		c.defs.tokensIn = d.Format.V == "tokens-in"
+		c.defs.timeout = d.Timeout.V
+		if d.MaxParallel.Set {
+			c.defs.maxParallel = d.MaxParallel.V
 		}
-		c.defs.retry, _ = d["retry"].(map[string]any)
+		c.defs.retry = d.Retry
 	}
-	c.vars, _ = root["vars"].(map[string]any)
-	for _, k := range c.doc.Keys("/vars") {
-		if !isIdent(k) {
-			c.ds = append(c.ds, c.doc.DiagKey(schema.Ptr("/vars", k), schema.Error,
-				"var name "+quote(k)+" is not a CEL identifier (letters, digits and _, not starting with a digit)"))
-			delete(c.vars, k)
+	c.vars = map[string]any{}
+	for _, e := range wd.Vars {
+		if !isIdent(e.Key) {
+			c.ds = append(c.ds, c.doc.DiagKey(e.KeyPos.Ptr, schema.Error,
+				"var name "+quote(e.Key)+" is not a CEL identifier (letters, digits and _, not starting with a digit)"))
+			continue
 		}
+		c.vars[e.Key] = e.V.V
 	}
 }
 
@@ -149,23 +146,15 @@ type defaultsDoc struct {
 	tokensIn    bool
 	timeout     time.Duration
 	maxParallel int
-	retry       map[string]any
+	retry       *retryDoc
 }
 
-// duration reads a schema-validated duration string; anything else is 0
-// (the schema has already reported it).
-func duration(v any) time.Duration {
-	s, ok := v.(string)
-	if !ok {
-		return 0
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0
-	}
-	return d
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }
 
+// integer reads a schema-validated integer of an untyped value.
 func integer(v any) (int, bool) {
 	n, ok := v.(json.Number)
 	if !ok {
@@ -173,9 +162,4 @@ func integer(v any) (int, bool) {
 	}
 	i, err := n.Int64()
 	return int(i), err == nil
-}
-
-func quote(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b)
 }

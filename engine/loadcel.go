@@ -44,25 +44,25 @@ func (c *compiler) cel() {
 }
 
 // compileRetry overlays a retry block on base, field by field.
-func (c *compiler) compileRetry(m map[string]any, ptr string, base retryPolicy) retryPolicy {
-	if m == nil {
+func (c *compiler) compileRetry(rd *retryDoc, ptr string, base retryPolicy) retryPolicy {
+	if rd == nil {
 		return base
 	}
 	r := base
-	if v, ok := integer(m["attempts"]); ok {
-		r.attempts = v
+	if rd.Attempts.Set {
+		r.attempts = rd.Attempts.V
 	}
-	if _, ok := m["backoff"]; ok {
-		r.backoff = duration(m["backoff"])
+	if rd.Backoff.Set {
+		r.backoff = rd.Backoff.V
 	}
-	if _, ok := m["max_backoff"]; ok {
-		r.maxBackoff = duration(m["max_backoff"])
+	if rd.MaxBackoff.Set {
+		r.maxBackoff = rd.MaxBackoff.V
 	}
-	if b, ok := m["jitter"].(bool); ok {
-		r.jitter = b
+	if rd.Jitter.Set {
+		r.jitter = rd.Jitter.V
 	}
-	if s, ok := m["if"].(string); ok {
-		r.cond, r.condPtr = c.expr(ptr+"/if", s, celenv.Retry), ptr+"/if"
+	if rd.If.Set {
+		r.cond, r.condPtr = c.expr(rd.If.Ptr, rd.If.V, celenv.Retry), rd.If.Ptr
 	}
 	if r.maxBackoff < r.backoff {
 		r.maxBackoff = r.backoff
