@@ -33,7 +33,7 @@ const (
 func LoadFile(path string, opts LoadOptions) (*Workflow, schema.Diagnostics) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, schema.Diagnostics{{File: path, Msg: "cannot read workflow: " + err.Error()}}
+		return nil, schema.Diagnostics{{File: path, Msg: "cannot read workflow: " + err.Error(), Rule: schema.RuleInput}}
 	}
 	return Load(path, data, opts)
 }
@@ -44,11 +44,11 @@ func LoadFile(path string, opts LoadOptions) (*Workflow, schema.Diagnostics) {
 func Load(file string, data []byte, opts LoadOptions) (*Workflow, schema.Diagnostics) {
 	doc, ds := schema.LoadYAML(file, data)
 	if doc == nil {
-		return nil, ds.Sort()
+		return nil, ds.Sort().WithSource(file, data)
 	}
 	sum := sha256.Sum256(data)
 	w, more := compile(doc, opts, hex.EncodeToString(sum[:]))
-	ds = append(ds, more...).Sort()
+	ds = append(ds, more...).Sort().WithSource(file, data)
 	if ds.HasErrors() {
 		return nil, ds
 	}
@@ -61,7 +61,7 @@ func Load(file string, data []byte, opts LoadOptions) (*Workflow, schema.Diagnos
 func LoadDoc(doc *schema.Doc, opts LoadOptions) (*Workflow, schema.Diagnostics) {
 	sum := sha256.Sum256(doc.JSON(""))
 	w, ds := compile(doc, opts, hex.EncodeToString(sum[:]))
-	ds = ds.Sort()
+	ds = doc.AttachSource(ds.Sort())
 	if ds.HasErrors() {
 		return nil, ds
 	}
@@ -133,7 +133,7 @@ func (c *compiler) header(wd *workflowDoc) {
 	for _, e := range wd.Vars {
 		if !isIdent(e.Key) {
 			c.ds = append(c.ds, c.doc.DiagKey(e.KeyPos.Ptr, schema.Error,
-				"var name "+quote(e.Key)+" is not a CEL identifier (letters, digits and _, not starting with a digit)"))
+				"var name "+quote(e.Key)+" is not a CEL identifier (letters, digits and _, not starting with a digit)").R(RuleVarName))
 			continue
 		}
 		c.vars[e.Key] = e.V.V

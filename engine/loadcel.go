@@ -17,7 +17,7 @@ func (c *compiler) cel() {
 	}
 	env, err := celenv.NewEnv(ids, c.vars)
 	if err != nil {
-		c.ds.Errorf(c.doc, "", "internal: CEL environment: %v", err)
+		c.errf(schema.RuleInternal, "", "internal: CEL environment: %v", err)
 		return
 	}
 	c.w.env = env
@@ -76,7 +76,7 @@ func (c *compiler) expr(ptr, src string, kind celenv.Kind) *celenv.Expr {
 	for _, is := range iss {
 		line, col := c.doc.ScalarPos(ptr, is.Line, is.Col)
 		c.ds = append(c.ds, schema.Diagnostic{File: c.doc.File, Line: line, Col: col,
-			Path: c.doc.Path(ptr), Msg: is.Msg, Severity: schema.Error})
+			Path: c.doc.Path(ptr), Msg: is.Msg, Severity: schema.Error, Rule: is.Rule, Hint: is.Hint})
 	}
 	return x
 }

@@ -110,3 +110,31 @@ func docTables(doc string) map[string][]string {
 	}
 	return out
 }
+
+var ruleRowRE = regexp.MustCompile("^\\| `([a-z]+/[a-z0-9-]+)` \\|")
+
+// Every rule id is documented in docs/workflow-reference.md#rules, and
+// every documented id exists.
+func TestRulesDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/workflow-reference.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var documented []string
+	for _, line := range strings.Split(string(doc), "\n") {
+		if m := ruleRowRE.FindStringSubmatch(line); m != nil {
+			documented = append(documented, m[1])
+		}
+	}
+	var defined []string
+	for _, r := range schema.Rules() {
+		defined = append(defined, r.ID)
+		if r.Summary == "" || r.Fix == "" {
+			t.Errorf("rule %s lacks a summary or a fix", r.ID)
+		}
+	}
+	slices.Sort(documented)
+	if !slices.Equal(documented, defined) {
+		t.Errorf("documented rules %v\ndefined rules %v", documented, defined)
+	}
+}

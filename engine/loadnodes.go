@@ -77,11 +77,11 @@ func (c *compiler) checkID(sp *nodeSpec, i int) {
 	}
 	switch {
 	case !isIdent(sp.id):
-		c.ds.Errorf(c.doc, idPtr, "node id %s is not a CEL identifier (letters, digits and _, not starting with a digit, not a reserved word): it must be readable as nodes.<id>", quote(sp.id))
+		c.errf(RuleNodeID, idPtr, "node id %s is not a CEL identifier (letters, digits and _, not starting with a digit, not a reserved word): it must be readable as nodes.<id>", quote(sp.id))
 	default:
 		if first, dup := c.ids[sp.id]; dup {
 			l, _ := c.doc.Pos(schema.Ptr("/nodes", first, "id"))
-			c.ds.Errorf(c.doc, idPtr, "duplicate node id %s (first declared at line %d)", quote(sp.id), l)
+			c.errf(RuleDuplicateID, idPtr, "duplicate node id %s (first declared at line %d)", quote(sp.id), l)
 			return
 		}
 		c.ids[sp.id] = i
@@ -102,13 +102,13 @@ func (c *compiler) build(n *cnode, sp *nodeSpec, nd *nodeDoc) {
 		if s := closestName(sp.typ, known); s != "" {
 			msg += " (did you mean " + quote(s) + "?)"
 		}
-		c.ds.Errorf(c.doc, typePtr, "%s; known types: %s", msg, strings.Join(known, ", "))
+		c.errf(RuleUnknownType, typePtr, "%s; known types: %s", msg, strings.Join(known, ", "))
 		return
 	}
 	sp.hasType, sp.fanOut = true, t.FanOut
 	id, err := nodeSchema(t)
 	if err != nil {
-		c.ds.Errorf(c.doc, typePtr, "node type %s has an invalid params schema: %v", quote(t.Name), err)
+		c.errf(schema.RuleInternal, typePtr, "node type %s has an invalid params schema: %v", quote(t.Name), err)
 		return
 	}
 	paramsPtr := sp.ptr + "/params"
@@ -127,7 +127,7 @@ func (c *compiler) build(n *cnode, sp *nodeSpec, nd *nodeDoc) {
 		Defaults:     Defaults{KVConnector: c.defs.kv, ECConnector: c.defs.ec, TokensIn: c.defs.tokensIn},
 		WriteTimeout: c.opts.WriteTimeout,
 		Warn: func(path, msg string) {
-			c.ds = append(c.ds, c.doc.Diag(paramsPtr+path, schema.Warning, msg))
+			c.ds = append(c.ds, c.doc.Diag(paramsPtr+path, schema.Warning, msg).R(RuleParams))
 		},
 	}
 	node, err := safeBuild(t, bctx, raw)
@@ -161,12 +161,12 @@ func (c *compiler) paramErrors(paramsPtr string, err error) {
 	switch {
 	case errors.As(err, &pes):
 		for _, e := range pes {
-			c.ds.Errorf(c.doc, paramsPtr+e.Path, "%s", e.Msg)
+			c.errf(RuleParams, paramsPtr+e.Path, "%s", e.Msg)
 		}
 	case errors.As(err, &pe):
-		c.ds.Errorf(c.doc, paramsPtr+pe.Path, "%s", pe.Msg)
+		c.errf(RuleParams, paramsPtr+pe.Path, "%s", pe.Msg)
 	default:
-		c.ds.Errorf(c.doc, paramsPtr, "%v", err)
+		c.errf(RuleParams, paramsPtr, "%v", err)
 	}
 }
 

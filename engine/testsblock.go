@@ -58,12 +58,12 @@ func (c *compiler) tests(root map[string]any) {
 			tc.probe.Body = []byte(`{}`)
 		}
 		if !c.w.routes[tc.probe.Route] {
-			c.ds.Errorf(c.doc, ptr+"/request/route", "the workflow does not serve the %s route", tc.probe.Route)
+			c.errf(RuleTestRoute, ptr+"/request/route", "the workflow does not serve the %s route", tc.probe.Route)
 		}
 		if as, ok := m["assume"].(map[string]any); ok {
 			for _, id := range c.doc.Keys(ptr + "/assume") {
 				if _, ok := c.ids[id]; !ok {
-					c.ds = append(c.ds, c.doc.DiagKey(schema.Ptr(ptr, "assume", id), schema.Error, "assume names unknown node "+quote(id)))
+					c.ds = append(c.ds, c.doc.DiagKey(schema.Ptr(ptr, "assume", id), schema.Error, "assume names unknown node "+quote(id)).R(RuleTestNode))
 					continue
 				}
 				var s string
@@ -89,7 +89,7 @@ func (c *compiler) tests(root map[string]any) {
 			for j, v := range l {
 				s, _ := v.(string)
 				if _, ok := c.ids[s]; !ok {
-					c.ds.Errorf(c.doc, schema.Ptr(ptr, "expect", k, j), "expect names unknown node %s", quote(s))
+					c.errf(RuleTestNode, schema.Ptr(ptr, "expect", k, j), "expect names unknown node %s", quote(s))
 				}
 				ids = append(ids, s)
 			}
@@ -116,11 +116,11 @@ func (w *Workflow) RunTests(ctx context.Context) schema.Diagnostics {
 	for _, tc := range w.tests {
 		rep, err := w.Explain(ctx, tc.probe, tc.assume)
 		if err != nil {
-			ds = append(ds, w.doc.Diag(tc.ptr, schema.Error, fmt.Sprintf("test %s: %v", quote(tc.name), err)))
+			ds = append(ds, w.doc.Diag(tc.ptr, schema.Error, fmt.Sprintf("test %s: %v", quote(tc.name), err)).R(RuleTestFailed))
 			continue
 		}
 		for _, msg := range tc.check(rep) {
-			ds = append(ds, w.doc.Diag(tc.ptr, schema.Error, fmt.Sprintf("test %s: %s", quote(tc.name), msg)))
+			ds = append(ds, w.doc.Diag(tc.ptr, schema.Error, fmt.Sprintf("test %s: %s", quote(tc.name), msg)).R(RuleTestFailed))
 		}
 	}
 	return ds.Sort()

@@ -183,6 +183,8 @@ func (k Kind) String() string {
 type Issue struct {
 	Line, Col int
 	Msg       string
+	Rule      string // the rule id (engine.RuleCEL*), e.g. "cel/syntax"
+	Hint      string // a fix, when one is known
 }
 
 // Compile parses, type-checks and plans src. It never returns a nil Expr
@@ -197,7 +199,7 @@ func (e *Env) Compile(src string, kind Kind) (*Expr, []Issue) {
 	if iss != nil && iss.Err() != nil {
 		var out []Issue
 		for _, er := range iss.Errors() {
-			out = append(out, Issue{Line: er.Location.Line(), Col: er.Location.Column(), Msg: e.improve(er.Message, kind)})
+			out = append(out, Issue{Line: er.Location.Line(), Col: er.Location.Column(), Msg: e.improve(er.Message, kind), Rule: ruleOf(er.Message)})
 		}
 		return nil, out
 	}
@@ -205,20 +207,33 @@ func (e *Env) Compile(src string, kind Kind) (*Expr, []Issue) {
 	switch kind {
 	case ForEach:
 		if t.Kind() != types.ListKind && t.Kind() != types.DynKind {
-			return nil, []Issue{{Line: 1, Col: 0, Msg: fmt.Sprintf("a foreach list must be a list, got %s", typeName(t))}}
+			return nil, []Issue{{Line: 1, Col: 0, Msg: fmt.Sprintf("a foreach list must be a list, got %s", typeName(t)), Rule: "cel/result-type"}}
 		}
 	default:
 		if t.Kind() != types.BoolKind && t.Kind() != types.DynKind {
-			return nil, []Issue{{Line: 1, Col: 0, Msg: fmt.Sprintf("%s must be a bool expression, got %s", withArticle(kind.String()), typeName(t))}}
+			return nil, []Issue{{Line: 1, Col: 0, Msg: fmt.Sprintf("%s must be a bool expression, got %s", withArticle(kind.String()), typeName(t)), Rule: "cel/result-type"}}
 		}
 	}
 	prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
 	if err != nil {
-		return nil, []Issue{{Line: 1, Col: 0, Msg: err.Error()}}
+		return nil, []Issue{{Line: 1, Col: 0, Msg: err.Error(), Rule: "internal/error"}}
 	}
 	x := &Expr{Src: src, Kind: kind, prog: prg}
 	x.analyze(ast, e.nodeIndex)
 	return x, nil
+}
+
+// ruleOf classifies a cel-go checker or parser message.
+func ruleOf(msg string) string {
+	switch {
+	case strings.Contains(msg, "undeclared reference"):
+		return "cel/undeclared-reference"
+	case strings.Contains(msg, "undefined field"):
+		return "cel/undefined-field"
+	case strings.HasPrefix(msg, "Syntax error") || strings.Contains(msg, "mismatched input") || strings.Contains(msg, "token recognition"):
+		return "cel/syntax"
+	}
+	return "cel/type-mismatch"
 }
 
 func typeName(t *types.Type) string {
