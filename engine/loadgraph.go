@@ -63,6 +63,9 @@ func (c *compiler) graph() {
 		return // dataflow over a broken graph would only add noise
 	}
 	c.dataflow(g, order, anc)
+	if !c.ds.HasErrors() {
+		c.paths(order, anc)
+	}
 	c.edges()
 }
 

@@ -55,6 +55,12 @@ type Contract struct {
 	// (the concurrent SGLang prefill, PROTOCOL 9). Client disconnect and the
 	// request deadline still cancel it.
 	SurvivesEnd bool
+	// Statuses are the upstream HTTP statuses with a meaning of their own
+	// that the node's failures carry (conditional-decode: 412, the miss).
+	// The ending proof tries them; an edge comparing a predecessor's
+	// response.status with a status some type declares and the
+	// predecessor's type does not is flagged (cel/status-never-produced).
+	Statuses []int
 }
 
 // Node is one built, immutable node of a compiled workflow. Run is called

@@ -82,7 +82,7 @@ func register() {
 		})
 	reg("t-cond-decode", "test: answers on 2xx, else fails with status", `"status": {"type": "integer", "minimum": 100, "maximum": 599}`, false,
 		func(p params, _ *engine.BuildContext) (*node, error) {
-			return &node{kind: "respond", c: engine.Contract{Responds: true, Role: "decode"}}, nil
+			return &node{kind: "respond", c: engine.Contract{Responds: true, Role: "decode", Statuses: []int{412}}}, nil
 		})
 	reg("t-encode", "test: fan-out, needs media, provides ec", `"status": {"type": "integer"}`, true,
 		func(p params, _ *engine.BuildContext) (*node, error) {
