@@ -187,7 +187,7 @@ nodes:
   - id: c
     type: t-noop
     needs: [b]
-    when: nodes.a.outputs.n > config.limit && nodes.b.status == "skipped" && request.headers["x-tenant"] == "acme"
+    when: nodes.a.outputs.n > config.limit && nodes.b.status == "skipped" && request.headers[?"x-tenant"].orValue("") == "acme"
   - {id: decode, type: t-decode, needs: [c]}
 `)
 	r := serve(t, w, context.Background(), engine.RouteChat, `{}`)
@@ -265,8 +265,9 @@ nodes:
 // ACCEPTANCE 49: a guard that errors at run time fails the request.
 func TestGuardRuntimeError(t *testing.T) {
 	w := load(t, `
+vars: {m: {a: x}}
 nodes:
-  - {id: decode, type: t-decode, when: 'request.headers["missing"] == "x"'}
+  - {id: decode, type: t-decode, when: 'config.m["missing"] == "x"'}
 `)
 	r := serve(t, w, context.Background(), engine.RouteChat, `{}`)
 	if r.rep.Err == nil || r.rep.Err.HTTPStatus() != 500 || r.rep.Err.Code() != "internal_error" || len(r.events) != 0 {
@@ -464,12 +465,13 @@ nodes:
 // (ACCEPTANCE 49).
 func TestStaticGuards(t *testing.T) {
 	w := load(t, `
+vars: {m: {a: x}}
 nodes:
   - {id: lit, type: t-noop, when: "true"}
   - {id: chat, type: t-noop, needs: [lit], when: 'request.format == "chat"'}
   - {id: text, type: t-noop, needs: [chat], when: 'request.format in ["chat", "completions"]'}
   - {id: mixed, type: t-noop, needs: [text], when: 'request.format != "generate" && request.model == "m"'}
-  - {id: absorb, type: t-noop, needs: [mixed], when: 'request.format == "chat" || request.headers["missing"] == "x"'}
+  - {id: absorb, type: t-noop, needs: [mixed], when: 'request.format == "chat" || config.m["missing"] == "x"'}
   - {id: decode, type: t-decode, needs: [absorb]}
 `)
 	tests := []struct {

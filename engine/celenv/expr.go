@@ -25,6 +25,9 @@ type Expr struct {
 	ReadsMedia, ReadsTokens bool
 	// Const is set when the expression is a bool literal.
 	Const *bool
+	// StatusCompares lists the comparisons of a response.status with an
+	// int literal (for the engine's "a status the node never produces").
+	StatusCompares []StatusCompare
 
 	root celast.Expr
 }
