@@ -299,11 +299,23 @@ func (e *Env) Compile(src string, kind Kind) (*Expr, []Issue) {
 	if len(lints) > 0 {
 		return nil, lints
 	}
-	prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
+	est, err := env.EstimateCost(ast, sizeEstimator{})
+	if err != nil {
+		return nil, []Issue{{Line: 1, Col: 0, Msg: "cost estimate: " + err.Error(), Rule: "internal/error"}}
+	}
+	if est.Max > CostLimit {
+		return nil, []Issue{costIssue(est.Max)}
+	}
+	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
+	limited := est.Max > RuntimeLimitAbove || iterates(ast.NativeRep().Expr())
+	if limited {
+		opts = append(opts, cel.CostLimit(CostLimit))
+	}
+	prg, err := env.Program(ast, opts...)
 	if err != nil {
 		return nil, []Issue{{Line: 1, Col: 0, Msg: err.Error(), Rule: "internal/error"}}
 	}
-	x := &Expr{Src: src, Kind: kind, prog: prg, StatusCompares: cmps}
+	x := &Expr{Src: src, Kind: kind, prog: prg, StatusCompares: cmps, CostMax: est.Max, CostLimited: limited}
 	x.analyze(ast, e.nodeIndex)
 	return x, nil
 }
