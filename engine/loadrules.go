@@ -69,7 +69,7 @@ func init() {
 		schema.Rule{ID: RuleCELOutput, Summary: "`nodes.X.outputs.Y` where X's type declares no output Y", Fix: "use an output the type declares (docs: Outputs)"},
 		schema.Rule{ID: RuleCELOutcome, Summary: "an outcome status compared with a word that is not an outcome", Fix: "use succeeded, failed, skipped, omitted, timed_out or cancelled"},
 		schema.Rule{ID: RuleCELStatus, Summary: "an HTTP status compared with a number outside 100-599", Fix: "use a real HTTP status (412, 503)"},
-		schema.Rule{ID: RuleCELStatusNever, Summary: "an edge condition compares the predecessor's status with one its type never produces", Fix: "compare with a status the node type can produce, or drop the edge"},
+		schema.Rule{ID: RuleCELStatusNever, Summary: "warning: a response.status compared with a status (412) the node's type never produces", Fix: "compare with a status the node type can produce, or drop the edge"},
 		schema.Rule{ID: RuleCELHeaderLookup, Summary: "`request.headers[\"x\"]` of a header the request may lack (the lookup would fail the request with 500)", Fix: "write `request.headers[?\"x\"].orValue(\"\")` or `\"x\" in request.headers && ...`"},
 		schema.Rule{ID: RuleCELHeaderCase, Summary: "a header name with capitals (names are lowercased, so it never matches)", Fix: "write the header name in lowercase"},
 		schema.Rule{ID: RuleCELCost, Summary: "an expression whose estimated cost exceeds the limit", Fix: "bound the data the expression iterates (filter fewer items, avoid nested macros)"},

@@ -288,8 +288,10 @@ func lookupIssue(at func(celast.Expr) (int, int), x, headers celast.Expr, key st
 			Msg:  fmt.Sprintf("a lookup in %s with a computed key fails the request (500) when the header is absent", h),
 			Hint: fmt.Sprintf("write %s[?key].orValue(\"\")", h)}
 	}
+	msg := fmt.Sprintf("%s[%q] fails the request (500) when the header is absent", h, key)
+	key = strings.ToLower(key) // the hint also fixes the case
 	return Issue{Line: line, Col: col, Rule: "cel/header-may-be-absent",
-		Msg: fmt.Sprintf("%s[%q] fails the request (500) when the header is absent", h, key),
+		Msg: msg,
 		Hint: fmt.Sprintf("write %s[?%q].orValue(\"\"), or test it first: %q in %s && %s[%q] == ...",
 			h, key, key, h, h, key)}
 }
