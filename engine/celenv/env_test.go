@@ -57,6 +57,7 @@ func TestCompileErrors(t *testing.T) {
 		{"header guarded both sides", `"a" in request.headers && "b" in request.headers && request.headers["a"] == request.headers["b"]`, Guard, "", 0},
 		{"header guard on the wrong side", `request.headers["a"] == "x" && "a" in request.headers`, Guard, "fails the request", 15},
 		{"header computed key", `request.headers[request.model] == "x"`, Guard, "computed key", 15},
+		{"header iteration", `request.headers.exists(k, k.startsWith("x-") && request.headers[k] == "1")`, Guard, "", 0},
 		{"header optional", `request.headers[?"x-tenant"].orValue("") == "gold"`, Guard, "", 0},
 		{"header capitals", `request.headers[?"X-Tenant"].orValue("") == "gold"`, Guard, `header name "X-Tenant" has capitals`, 17},
 		{"header capitals in", `"X-Tenant" in request.headers`, Guard, `header name "X-Tenant" has capitals`, 0},

@@ -203,7 +203,9 @@ func (e *Env) lintHeaders(a *celast.AST, at func(celast.Expr) (int, int)) []Issu
 					if isLit {
 						caps(key, args[1])
 					}
-					if !isLit || !slices.Contains(proven, key) {
+					// headers.all(k, headers[k] ...): the iteration variable is a key.
+					iterKey := args[1].Kind() == celast.IdentKind && slices.Contains(proven, iterMark+args[1].AsIdent())
+					if !iterKey && (!isLit || !slices.Contains(proven, key)) {
 						iss = append(iss, lookupIssue(at, x, args[0], key))
 					}
 				}
@@ -245,14 +247,22 @@ func (e *Env) lintHeaders(a *celast.AST, at func(celast.Expr) (int, int)) []Issu
 			cp := x.AsComprehension()
 			walk(cp.IterRange(), proven)
 			walk(cp.AccuInit(), proven)
-			walk(cp.LoopCondition(), proven)
-			walk(cp.LoopStep(), proven)
+			inner := proven
+			if headersOf(a, cp.IterRange()) {
+				inner = append(slices.Clone(proven), iterMark+cp.IterVar())
+			}
+			walk(cp.LoopCondition(), inner)
+			walk(cp.LoopStep(), inner)
 			walk(cp.Result(), proven)
 		}
 	}
 	walk(a.Expr(), nil)
 	return iss
 }
+
+// iterMark prefixes, in the proven list, an iteration variable ranging over
+// a headers map (a key that surely exists; never a header name itself).
+const iterMark = "\x00iter:"
 
 // provenKeys are the header keys a true cond proves present.
 func provenKeys(a *celast.AST, cond celast.Expr) []string {
