@@ -29,6 +29,7 @@ const (
 	KindDeadline                     // 504 timeout_error deadline_exceeded
 	KindShuttingDown                 // 503 server_error shutting_down
 	KindCancelled                    // client went away: 499 in logs and metrics, nothing is written
+	KindDuplicateKey                 // 400 invalid_request_error duplicate_key, Param = the JSON path
 )
 
 // Error is celflow's typed error. Message must never contain an upstream
@@ -49,6 +50,9 @@ type Error struct {
 	UpstreamMsg string
 	// Cause is for logs only; it is never shown to clients.
 	Cause error
+	// Param is the reply's "param": the JSON path of the offending field
+	// (KindDuplicateKey), "" for null.
+	Param string
 }
 
 // Errorf builds an *Error of a kind.
@@ -121,7 +125,7 @@ func AsError(err error) *Error {
 // HTTPStatus is THE mapping from error kinds to reply statuses.
 func (e *Error) HTTPStatus() int {
 	switch e.Kind {
-	case KindInvalidJSON, KindInvalidRequest, KindInvalidMedia, KindMediaFetchFailed:
+	case KindInvalidJSON, KindInvalidRequest, KindInvalidMedia, KindMediaFetchFailed, KindDuplicateKey:
 		return http.StatusBadRequest
 	case KindTooLarge:
 		return http.StatusRequestEntityTooLarge
@@ -199,6 +203,16 @@ func (e *Error) Code() string {
 		return "shutting_down"
 	case KindCancelled:
 		return "client_closed_request"
+	case KindDuplicateKey:
+		return "duplicate_key"
 	}
 	return "internal_error"
+}
+
+// DuplicateKey is the 400 for a body with a repeated member name (RFC 8259
+// leaves its meaning undefined; I-JSON forbids it): path is the second
+// occurrence's JSON path (jsonb.DuplicateKeyError.Path), shown as "param".
+func DuplicateKey(path string, cause error) *Error {
+	return &Error{Kind: KindDuplicateKey, Item: -1, Param: path, Cause: cause,
+		Msg: "request body has a duplicate member name: " + path + " appears twice in one object; send each member once"}
 }

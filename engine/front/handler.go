@@ -199,6 +199,10 @@ func parseRequest(id string, route engine.Route, h http.Header, body []byte) (*e
 	var tokens engine.Tokens
 	obj, err := jsonb.Parse(body)
 	if err != nil {
+		var dup *jsonb.DuplicateKeyError
+		if errors.As(err, &dup) { // the same scan finds repeated names, on every route
+			return nil, nil, tokens, nil, engine.DuplicateKey(dup.Path, err)
+		}
 		return nil, nil, tokens, nil, engine.Errorf(engine.KindInvalidJSON, "request body must be a JSON object: %v", err)
 	}
 	req := &engine.Request{ID: id, Route: route, Header: h, Body: body}
