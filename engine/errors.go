@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+
+	"github.com/celflow/celflow/engine/jsonb"
+	"github.com/celflow/celflow/engine/mm"
 )
 
 // Kind is the small closed set of error kinds celflow returns (PROTOCOL 12).
@@ -113,6 +116,9 @@ func AsError(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
+	if e := fromLower(err); e != nil {
+		return e
+	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return &Error{Kind: KindDeadline, Item: -1, Msg: "request deadline exceeded", Cause: err}
@@ -215,4 +221,25 @@ func (e *Error) Code() string {
 func DuplicateKey(path string, cause error) *Error {
 	return &Error{Kind: KindDuplicateKey, Item: -1, Param: path, Cause: cause,
 		Msg: "request body has a duplicate member name: " + path + " appears twice in one object; send each member once"}
+}
+
+// fromLower classifies the errors of the packages below the engine core:
+// mm's rejections and jsonb's duplicate member names.
+func fromLower(err error) *Error {
+	var me *mm.Error
+	if errors.As(err, &me) {
+		k := KindInvalidRequest
+		switch me.Kind {
+		case mm.NotJSON:
+			k = KindInvalidJSON
+		case mm.BadReply:
+			k = KindUpstreamProtocol
+		}
+		return &Error{Kind: k, Item: -1, Msg: me.Msg, Cause: me.Cause}
+	}
+	var dup *jsonb.DuplicateKeyError
+	if errors.As(err, &dup) {
+		return DuplicateKey(dup.Path, err)
+	}
+	return nil
 }

@@ -214,9 +214,8 @@ func parseRequest(id string, route engine.Route, h http.Header, body []byte) (*e
 	}
 	var media []engine.MediaItem
 	if route == engine.RouteGenerate {
-		var e *engine.Error
-		if tokens, media, e = mm.ParseGenerate(body, obj); e != nil {
-			return nil, nil, tokens, nil, e
+		if tokens, media, err = mm.ParseGenerate(body, obj); err != nil {
+			return nil, nil, tokens, nil, engine.AsError(err)
 		}
 	}
 	return req, obj, tokens, media, nil

@@ -48,7 +48,7 @@ func EachMember(buf []byte, start int, fn func(f Field) bool) error {
 	if start < 0 || start >= len(b) || b[start] != '{' {
 		return ErrMalformed
 	}
-	i := skipWS(b, start+1)
+	i := SkipWS(b, start+1)
 	if i < len(b) && b[i] == '}' {
 		return nil
 	}
@@ -61,24 +61,24 @@ func EachMember(buf []byte, start int, fn func(f Field) bool) error {
 			return err
 		}
 		f := Field{RawKey: b[i:ke], KeyStart: i}
-		i = skipWS(b, ke)
+		i = SkipWS(b, ke)
 		if i >= len(b) || b[i] != ':' {
 			return ErrMalformed
 		}
-		f.ValStart = skipWS(b, i+1)
+		f.ValStart = SkipWS(b, i+1)
 		if f.ValEnd, err = skipValue(b, f.ValStart); err != nil {
 			return err
 		}
 		if !fn(f) {
 			return nil
 		}
-		i = skipWS(b, f.ValEnd)
+		i = SkipWS(b, f.ValEnd)
 		if i >= len(b) {
 			return ErrMalformed
 		}
 		switch b[i] {
 		case ',':
-			i = skipWS(b, i+1)
+			i = SkipWS(b, i+1)
 		case '}':
 			return nil
 		default:
@@ -94,7 +94,7 @@ func EachElement(buf []byte, start int, fn func(vs, ve int) bool) error {
 	if start < 0 || start >= len(b) || b[start] != '[' {
 		return ErrMalformed
 	}
-	i := skipWS(b, start+1)
+	i := SkipWS(b, start+1)
 	if i < len(b) && b[i] == ']' {
 		return nil
 	}
@@ -106,13 +106,13 @@ func EachElement(buf []byte, start int, fn func(vs, ve int) bool) error {
 		if !fn(i, ve) {
 			return nil
 		}
-		i = skipWS(b, ve)
+		i = SkipWS(b, ve)
 		if i >= len(b) {
 			return ErrMalformed
 		}
 		switch b[i] {
 		case ',':
-			i = skipWS(b, i+1)
+			i = SkipWS(b, i+1)
 		case ']':
 			return nil
 		default:
@@ -137,7 +137,7 @@ func Lookup(buf []byte, start int, key string) (vs, ve int, ok bool) {
 
 // TopLevel returns the raw value of a top-level member of buf (an object).
 func TopLevel(buf []byte, key string) ([]byte, bool) {
-	vs, ve, ok := Lookup(buf, skipWS(buf, 0), key)
+	vs, ve, ok := Lookup(buf, SkipWS(buf, 0), key)
 	if !ok {
 		return nil, false
 	}
@@ -183,7 +183,9 @@ func KindOf(raw []byte) string {
 	return "number"
 }
 
-func skipWS(b []byte, i int) int {
+// SkipWS returns the offset of the first byte at or after i that is not
+// JSON white space (len(b) when there is none).
+func SkipWS(b []byte, i int) int {
 	for i < len(b) {
 		switch b[i] {
 		case ' ', '\t', '\n', '\r':
