@@ -29,6 +29,9 @@ const (
 	KindDeadline                     // 504 timeout_error deadline_exceeded
 	KindShuttingDown                 // 503 server_error shutting_down
 	KindCancelled                    // client went away: 499 in logs and metrics, nothing is written
+	KindReservedField                // 400 invalid_request_error reserved_field, Param = the JSON path
+	KindHeadersTooLarge              // 431 invalid_request_error request_header_fields_too_large
+	KindBadFraming                   // 400 invalid_request_error invalid_framing (the connection is closed)
 )
 
 // Error is celflow's typed error. Message must never contain an upstream
@@ -49,6 +52,10 @@ type Error struct {
 	UpstreamMsg string
 	// Cause is for logs only; it is never shown to clients.
 	Cause error
+	// Param is the error body's "param": the JSON path of the offending
+	// field (for example sampling_params.extra_args.kv_transfer_params),
+	// "" for null.
+	Param string
 }
 
 // Errorf builds an *Error of a kind.
@@ -121,8 +128,10 @@ func AsError(err error) *Error {
 // HTTPStatus is THE mapping from error kinds to reply statuses.
 func (e *Error) HTTPStatus() int {
 	switch e.Kind {
-	case KindInvalidJSON, KindInvalidRequest, KindInvalidMedia, KindMediaFetchFailed:
+	case KindInvalidJSON, KindInvalidRequest, KindInvalidMedia, KindMediaFetchFailed, KindReservedField, KindBadFraming:
 		return http.StatusBadRequest
+	case KindHeadersTooLarge:
+		return http.StatusRequestHeaderFieldsTooLarge
 	case KindTooLarge:
 		return http.StatusRequestEntityTooLarge
 	case KindNotFound:
@@ -199,6 +208,12 @@ func (e *Error) Code() string {
 		return "shutting_down"
 	case KindCancelled:
 		return "client_closed_request"
+	case KindReservedField:
+		return "reserved_field"
+	case KindHeadersTooLarge:
+		return "request_header_fields_too_large"
+	case KindBadFraming:
+		return "invalid_framing"
 	}
 	return "internal_error"
 }
