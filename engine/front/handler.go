@@ -115,7 +115,7 @@ func (s *Server) inference(route engine.Route) http.Handler {
 		if e == nil {
 			// The trust boundary (reserved.go). Stripping edits chat bodies
 			// only, for which parseRequest computed no media offsets.
-			req.Body, obj, e = guardFields(route, req.Body, obj, lv.clientFields)
+			req.Body, obj, e = GuardFields(route, req.Body, obj, lv.clientFields)
 		}
 		if e != nil {
 			s.fail(x, e)

@@ -57,7 +57,7 @@ func ParseClientFields(names []string) (f ClientFields, ok bool) {
 
 func (f ClientFields) has(b ClientFields) bool { return f&b != 0 }
 
-// guardFields applies the body side of the trust boundary once, at the
+// GuardFields applies the body side of the trust boundary once, at the
 // front, before any node runs (PROTOCOL 1.3): a celflow-owned field the
 // operator did not trust is refused (400 reserved_field, param = its JSON
 // path) or, for a content part's uuid, stripped, in which case the body and
@@ -65,7 +65,7 @@ func (f ClientFields) has(b ClientFields) bool { return f&b != 0 }
 // front refuses duplicates). One pass over the top-level index; nested
 // objects are walked only when a cheap byte test says a reserved name may
 // be there, so a body without one costs no allocation.
-func guardFields(route engine.Route, body []byte, obj *jsonb.Object, allow ClientFields) ([]byte, *jsonb.Object, *engine.Error) {
+func GuardFields(route engine.Route, body []byte, obj *jsonb.Object, allow ClientFields) ([]byte, *jsonb.Object, *engine.Error) {
 	var msgs *jsonb.Member
 	for i := range obj.Members {
 		m := &obj.Members[i]

@@ -55,7 +55,7 @@ func TestGuardFields(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", tt.name, err)
 			}
-			nb, no, e := guardFields(rt, []byte(tt.body), obj, allow)
+			nb, no, e := GuardFields(rt, []byte(tt.body), obj, allow)
 			switch {
 			case tt.param != "":
 				if e == nil || e.Kind != engine.KindReservedField || e.Param != tt.param || e.Code() != "reserved_field" || e.HTTPStatus() != 400 {
@@ -89,7 +89,7 @@ func TestGuardFieldsNoAlloc(t *testing.T) {
 	}
 	for _, rt := range engine.Routes {
 		n := testing.AllocsPerRun(100, func() {
-			if _, _, e := guardFields(rt, body, obj, 0); e != nil {
+			if _, _, e := GuardFields(rt, body, obj, 0); e != nil {
 				t.Fatal(e)
 			}
 		})
