@@ -44,12 +44,14 @@ type params struct {
 	TTFBTimeout string `json:"ttfb_timeout"`
 	ECConnector string `json:"ec_connector"`
 	Format      string `json:"format"`
+	leg.BodyParams
 }
 
 // Node is a built encode node: immutable, safe for concurrent requests.
 type Node struct {
 	client   *upstream.Client // nil in validate-only builds
 	ttfb     time.Duration
+	body     leg.BodyBounds // idle_timeout, body_timeout
 	tokensIn bool
 	ec       ec.Connector
 }
@@ -69,6 +71,11 @@ func build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 	var err error
 	n.ttfb, err = leg.Duration("/ttfb_timeout", p.TTFBTimeout, defaultTTFB)
 	add(err)
+	var berrs []error
+	n.body, berrs = p.BodyParams.Parse(leg.DefaultIdleTimeout, leg.DefaultBodyTimeout)
+	for _, err := range berrs {
+		add(err)
+	}
 	n.tokensIn, err = leg.TokensIn(p.Format, b)
 	add(err)
 	name, path := p.ECConnector, "/ec_connector"
@@ -153,6 +160,7 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 		return engine.Result{Err: e}
 	}
 	l := leg.NewLeg(x, upstream.RoleEncode, path, body, n.ttfb)
+	n.body.Apply(l)
 	resp, e := leg.Send(ctx, x, n.client, target.Base, l)
 	target.Done(leg.Failed(resp, e))
 	attrs := leg.Attrs(target, l)
