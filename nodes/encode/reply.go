@@ -2,6 +2,7 @@ package encode
 
 import (
 	"bytes"
+	"errors"
 
 	"github.com/sirupsen/logrus"
 
@@ -18,13 +19,19 @@ import (
 // every member must be named by the item's hash, which the leg sent as the
 // part's uuid (chat) or in features.mm_hashes (generate); a member named
 // otherwise (the descriptor of another item: with two images an encoder
-// answered img_0_… for img_1_…) or a repeated member is KindUpstreamProtocol
-// (502 upstream_protocol_error), and nothing of the reply is merged. The
+// answered img_0_… for img_1_…) is KindUpstreamProtocol (502
+// upstream_protocol_error), and nothing of the reply is merged; so is a
+// reply that repeats a member name anywhere (jsonb refuses duplicates). The
 // reply's keys go to the log only. An item without a hash (render gave it
 // no features) has nothing to check against: its params are kept as sent.
 func ecParams(x *engine.Exec, raw []byte, hash string) (ec.Params, *engine.Error) {
 	top, err := jsonb.Parse(raw)
-	if err != nil {
+	var dup *jsonb.DuplicateKeyError
+	switch {
+	case errors.As(err, &dup): // Python's json never writes one; last-wins readers would differ
+		leg.Log(x).WithError(err).Warn("encoder reply repeats a member name; refused")
+		return nil, engine.Errorf(engine.KindUpstreamProtocol, "encoder reply repeats a member name")
+	case err != nil:
 		return nil, nil // not an object: nothing to read (ReadJSON judged JSON)
 	}
 	i := top.Find("ec_transfer_params")

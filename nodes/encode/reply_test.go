@@ -46,7 +46,7 @@ func TestEncodeReplyKeys(t *testing.T) {
 		{"own hash plus another", "ec-nixl", func(h string) string { return `{"` + h + `":` + desc + `,"h2":` + desc + `}` },
 			"names another item's hash"},
 		{"own hash twice", "ec-nixl", func(h string) string { return `{"` + h + `":` + desc + `,"` + h + `":{"peer_host":"evil"}}` },
-			"repeats a hash"},
+			"repeats a member name"},
 		{"escaped own hash", "ec-nixl", func(string) string { return `{"\u0068\u0031":` + desc + `}` }, ""},
 		{"shared storage checks too", "ec-shared-storage", func(string) string { return `{"h0":` + desc + `}` },
 			"names another item's hash"},
