@@ -73,7 +73,7 @@ func readExact(r io.Reader, n int64) ([]byte, error) {
 // Chunk sizes of readChunks: small replies fit the first chunk; chunks
 // double up to maxChunk.
 const (
-	firstChunk = 16 << 10
+	firstChunk = 8 << 10
 	maxChunk   = 4 << 20
 )
 

@@ -88,3 +88,33 @@ func TestReadBodyOverCapMemory(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkReadBody: bytes per read (-benchmem) of a reply within the cap,
+// declared (one exact allocation) or of unknown length (chunks, joined once).
+func BenchmarkReadBody(b *testing.B) {
+	for _, size := range []int{2 << 10, 1 << 20} {
+		body := bytes.Repeat([]byte("x"), size)
+		str := string(body)
+		for _, declared := range []bool{true, false} {
+			name := strconv.Itoa(size>>10) + "KiB-unknown-length"
+			if declared {
+				name = strconv.Itoa(size>>10) + "KiB-content-length"
+			}
+			b.Run(name, func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(size))
+				for b.Loop() {
+					var resp *http.Response
+					if declared {
+						resp = fakeResp(body, nil)
+					} else {
+						resp = unknownLen(str)
+					}
+					if _, err := ReadBody(resp, 16<<20); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
