@@ -82,20 +82,24 @@ func structKeys(t reflect.Type) []string {
 var rowRE = regexp.MustCompile("^\\| `([a-zA-Z_]+)[`.]")
 
 // docTables maps "Heading#k" to the sorted, distinct first-column field
-// names of the k-th table under that level-2 heading.
+// names of the k-th field table (one whose header starts "| field") under
+// that level-2 heading; other tables (params, rules) are not counted.
 func docTables(doc string) map[string][]string {
 	out := map[string][]string{}
-	heading, k, inTable := "", -1, false
+	heading, k, inTable, fieldTable := "", -1, false, false
 	for _, line := range strings.Split(doc, "\n") {
 		switch {
 		case strings.HasPrefix(line, "## "):
 			heading, k, inTable = strings.TrimPrefix(line, "## "), -1, false
 		case strings.HasPrefix(line, "|"):
 			if !inTable {
-				k++
 				inTable = true
+				fieldTable = strings.HasPrefix(line, "| field ")
+				if fieldTable {
+					k++
+				}
 			}
-			if m := rowRE.FindStringSubmatch(line); m != nil {
+			if m := rowRE.FindStringSubmatch(line); m != nil && fieldTable {
 				key := heading + "#" + string(rune('0'+k))
 				if !slices.Contains(out[key], m[1]) {
 					out[key] = append(out[key], m[1])
