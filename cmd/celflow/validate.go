@@ -136,22 +136,23 @@ func expandInputs(args []string) ([]string, schema.Diagnostics) {
 // validateInput runs the same load path as `serve` (without an upstream
 // client), then the file's tests: block. "-" reads stdin, named <stdin>.
 func validateInput(path string, stdin io.Reader, tests bool) (schema.Diagnostics, string) {
-	var w *engine.Workflow
-	var ds schema.Diagnostics
+	name, data, err := path, []byte(nil), error(nil)
 	if path == "-" {
-		data, err := io.ReadAll(stdin)
-		if err != nil {
-			return schema.Diagnostics{{File: "<stdin>", Msg: "cannot read stdin: " + err.Error(), Rule: schema.RuleInput}}, ""
-		}
-		w, ds = engine.Load("<stdin>", data, engine.LoadOptions{})
+		name = "<stdin>"
+		data, err = io.ReadAll(stdin)
 	} else {
-		w, ds = engine.LoadFile(path, engine.LoadOptions{})
+		data, err = os.ReadFile(path)
 	}
+	if err != nil {
+		// The same text as the serve path's LoadFile.
+		return schema.Diagnostics{{File: name, Msg: "cannot read workflow: " + err.Error(), Rule: schema.RuleInput}}, ""
+	}
+	w, ds := engine.Load(name, data, engine.LoadOptions{})
 	if w == nil {
 		return ds, ""
 	}
 	if tests {
-		ds = append(ds, w.RunTests(context.Background())...)
+		ds = append(ds, w.RunTests(context.Background()).WithSource(name, data)...)
 	}
 	summary := fmt.Sprintf("%d nodes, %d tests", len(w.Nodes()), w.TestCount())
 	if n := len(ds); n > 0 {
