@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -53,6 +54,8 @@ type pathWalker struct {
 	order   []int
 	classes [][]outClass
 	format  string
+	facts   celenv.Facts // request.format, config vars and the request scenario
+	scen    string       // the request scenario, for messages ("" when none)
 	walks   int
 
 	unanswered map[int]*unansweredPath // by the last node that ran
@@ -80,12 +83,17 @@ func (c *compiler) paths(order []int, anc []graph.Set) {
 			continue
 		}
 		pw.format, pw.walks = r.String(), 0
-		pw.classes = make([][]outClass, len(nodes))
-		for i := range nodes {
-			pw.classes[i] = pw.outcomeClasses(i)
+		base := c.configFacts()
+		base["request.format"] = pw.format
+		for _, sc := range pw.scenarios(base) {
+			pw.facts, pw.scen = sc.facts, sc.desc
+			pw.classes = make([][]outClass, len(nodes))
+			for i := range nodes {
+				pw.classes[i] = pw.outcomeClasses(i)
+			}
+			st := &walkState{fire: map[edgeRef]fireState{}, label: make([]string, len(nodes)), state: make([]byte, len(nodes))}
+			pw.step(0, st)
 		}
-		st := &walkState{fire: map[edgeRef]fireState{}, label: make([]string, len(nodes)), state: make([]byte, len(nodes))}
-		pw.step(0, st)
 	}
 	for _, last := range pw.sortedUnanswered() {
 		u := pw.unanswered[last]
@@ -115,8 +123,12 @@ func (pw *pathWalker) outcomeClasses(i int) []outClass {
 	n := pw.c.w.nodes[i]
 	id := n.id
 	facts := func(status string, http int64) celenv.Facts {
-		return celenv.Facts{"outcome.status": status, "response.status": http, "outcome.response.status": http,
-			"nodes." + id + ".status": status, "nodes." + id + ".response.status": http, "request.format": pw.format}
+		f := celenv.Facts{"outcome.status": status, "response.status": http, "outcome.response.status": http,
+			"nodes." + id + ".status": status, "nodes." + id + ".response.status": http}
+		for k, v := range pw.facts {
+			f[k] = v
+		}
+		return f
 	}
 	outFor := func(f celenv.Facts, success bool) []fireState {
 		out := make([]fireState, len(pw.succ[i]))
@@ -245,7 +257,7 @@ func (pw *pathWalker) decide(pos, i int, st *walkState) {
 		pw.step(pos+1, st)
 		return
 	}
-	g := n.when.OnRoute(pw.format)
+	g := n.when.Decide(pw.facts)
 	if g != celenv.True || n.foreach != nil {
 		s := st.clone()
 		s.state[i], s.label[i] = 's', "skipped"
@@ -340,16 +352,23 @@ func (pw *pathWalker) recordUnanswered(st *walkState) {
 			}
 		case 's':
 			names = append(names, n.id+" (skipped)")
+			last = i
 		}
 	}
 	if last < 0 {
-		return // nothing ran at all: the no-responder and unreachable checks cover it
+		return // nothing was even decided: the no-responder and unreachable checks cover it
 	}
 	u := pw.unanswered[last]
 	if u == nil {
 		when := ""
+		if pw.scen != "" {
+			when = " for a request where " + pw.scen
+			if len(whens) > 0 {
+				when += ","
+			}
+		}
 		if len(whens) > 0 {
-			when = " when " + strings.Join(whens, " and ")
+			when += " when " + strings.Join(whens, " and ")
 		}
 		u = &unansweredPath{path: "request → " + strings.Join(names, " → "), when: when}
 		pw.unanswered[last] = u
@@ -380,4 +399,107 @@ func (pw *pathWalker) sortedRaces() [][2]int {
 		return a[1] - b[1]
 	})
 	return out
+}
+
+// maxScenarios bounds the request scenarios tried per route.
+const maxScenarios = 64
+
+type scenario struct {
+	facts celenv.Facts
+	desc  string
+}
+
+// scenarios are the combinations of request data worth trying on a route:
+// the values guards and edge conditions compare request and token fields
+// with (celenv.Expr.Atoms), so that exclusive guards are seen to be
+// exclusive. Fields beyond maxScenarios combinations stay unknown (both
+// ways), which can only add walks, never hide one.
+func (pw *pathWalker) scenarios(base celenv.Facts) []scenario {
+	atoms := map[string][]any{}
+	addAll := func(x *celenv.Expr) {
+		for p, vs := range x.Atoms(base) {
+			if p == "request.format" {
+				continue
+			}
+			for _, v := range vs {
+				if !slices.Contains(atoms[p], v) {
+					atoms[p] = append(atoms[p], v)
+				}
+			}
+		}
+	}
+	for _, n := range pw.c.w.nodes {
+		addAll(n.when)
+		for _, e := range n.needs {
+			addAll(e.cond)
+		}
+	}
+	paths := make([]string, 0, len(atoms))
+	for p := range atoms {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	total := 1
+	var used []string
+	for _, p := range paths {
+		if total*len(atoms[p]) > maxScenarios {
+			continue
+		}
+		total *= len(atoms[p])
+		used = append(used, p)
+	}
+	out := []scenario{{facts: base}}
+	for _, p := range used {
+		var next []scenario
+		for _, sc := range out {
+			for _, v := range atoms[p] {
+				f := make(celenv.Facts, len(sc.facts)+1)
+				for k, x := range sc.facts {
+					f[k] = x
+				}
+				f[p] = v
+				d := sc.desc
+				if d != "" {
+					d += " and "
+				}
+				next = append(next, scenario{facts: f, desc: d + describeFact(p, v, atoms[p])})
+			}
+		}
+		out = next
+	}
+	return out
+}
+
+func describeFact(p string, v any, all []any) string {
+	switch x := v.(type) {
+	case string:
+		if x != celenv.Other {
+			return fmt.Sprintf("%s is %q", p, x)
+		}
+		var lits []string
+		for _, a := range all {
+			if s, ok := a.(string); ok && s != celenv.Other {
+				lits = append(lits, strconv.Quote(s))
+			}
+		}
+		return fmt.Sprintf("%s is none of %s", p, strings.Join(lits, ", "))
+	}
+	return fmt.Sprintf("%s is %v", p, v)
+}
+
+// configFacts are the workflow's vars as facts (config.<name>) for the
+// static decisions: ints, strings and bools.
+func (c *compiler) configFacts() celenv.Facts {
+	f := celenv.Facts{}
+	for k, v := range c.vars {
+		switch x := v.(type) {
+		case json.Number:
+			if i, err := x.Int64(); err == nil {
+				f["config."+k] = i
+			}
+		case string, bool:
+			f["config."+k] = x
+		}
+	}
+	return f
 }

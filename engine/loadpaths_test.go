@@ -42,7 +42,7 @@ func TestEndingProof(t *testing.T) {
 		{"the only responder guarded off on one route", "[chat, completions]", `
   - {id: render, type: t-render, params: {address: "http://r"}}
   - {id: decode, type: t-decode, needs: [render], when: 'request.format == "chat"'}`,
-			"graph/path-without-answer", `on the completions route: the path request → render → decode (skipped) ends at "render"`},
+			"graph/path-without-answer", `on the completions route: the path request → render → decode (skipped) ends at "decode"`},
 		{"a fallback that ends nowhere", "[chat]", `
   - {id: prefill, type: t-prefill}
   - {id: direct, type: t-noop, needs: [{node: prefill, if: 'outcome.status == "failed"'}]}
@@ -51,6 +51,23 @@ func TestEndingProof(t *testing.T) {
 		{"two unordered responders race", "[chat]", `
   - {id: a, type: t-decode}
   - {id: b, type: t-decode}`, "graph/racing-responders", `responders "a" and "b" can run at the same time`},
+		{"exclusive guards: one model to its own decode", "[chat]", `
+  - {id: mine, type: t-decode, when: 'request.model == "x"'}
+  - {id: rest, type: t-decode, when: 'request.model != "x"'}`, "", ""},
+		{"exclusive guards through vars: long prompts to P/D, short ones decode alone", "[chat]", `
+  - {id: render, type: t-render, params: {address: "http://r"}}
+  - {id: prefill, type: t-prefill, needs: [render], when: tokens.count > config.long}
+  - {id: pd, type: t-decode, needs: [prefill], when: tokens.count > config.long}
+  - {id: alone, type: t-decode, needs: [render], when: tokens.count <= config.long}`, "", ""},
+		{"a skipped prefill is transparent: the P/D decode races the short one", "[chat]", `
+  - {id: render, type: t-render, params: {address: "http://r"}}
+  - {id: prefill, type: t-prefill, needs: [render], when: tokens.count > config.long}
+  - {id: pd, type: t-decode, needs: [prefill]}
+  - {id: alone, type: t-decode, needs: [render], when: tokens.count <= config.long}`,
+			"graph/racing-responders", `responders "pd" and "alone" can run at the same time`},
+		{"the only responder guarded by model", "[chat]", `
+  - {id: decode, type: t-decode, when: 'request.model == "x"'}`,
+			"graph/path-without-answer", `on the chat route for a request where request.model is none of "x": the path request → decode (skipped)`},
 		{"exclusive edges do not race", "[chat]", `
   - {id: probe, type: t-cond-decode}
   - {id: a, type: t-decode, needs: [{node: probe, if: response.status == 412}]}
@@ -58,7 +75,7 @@ func TestEndingProof(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			src := "apiVersion: celflow/v1\nkind: Workflow\nmetadata: {name: p}\nroutes: " + tc.routes + "\nnodes:" + tc.nodes + "\n"
+			src := "apiVersion: celflow/v1\nkind: Workflow\nmetadata: {name: p}\nvars: {long: 1024}\nroutes: " + tc.routes + "\nnodes:" + tc.nodes + "\n"
 			_, ds := engine.Load("p.yaml", []byte(src), engine.LoadOptions{})
 			if tc.rule == "" {
 				if len(ds) != 0 {

@@ -267,13 +267,14 @@ func TestGuardRuntimeError(t *testing.T) {
 	w := load(t, `
 vars: {m: {a: x}}
 nodes:
-  - {id: decode, type: t-decode, when: 'config.m["missing"] == "x"'}
+  - {id: gate, type: t-noop, when: 'config.m["missing"] == "x"'}
+  - {id: decode, type: t-decode, needs: [gate]}
 `)
 	r := serve(t, w, context.Background(), engine.RouteChat, `{}`)
 	if r.rep.Err == nil || r.rep.Err.HTTPStatus() != 500 || r.rep.Err.Code() != "internal_error" || len(r.events) != 0 {
 		t.Fatalf("err %v events %v", r.rep.Err, r.events)
 	}
-	if o := outcome(r.rep, "decode"); o.Status != engine.StatusFailed || !strings.HasPrefix(o.Reason, "guard error") {
+	if o := outcome(r.rep, "gate"); o.Status != engine.StatusFailed || !strings.HasPrefix(o.Reason, "guard error") {
 		t.Fatalf("%+v", o)
 	}
 }
@@ -447,11 +448,13 @@ nodes:
 	}
 }
 
-// No node answered and no error: an internal error.
+// No node answered and no error: an internal error. The ending proof
+// rejects every workflow that could end so (TestEndingProof), so only a
+// node type that breaks its contract gets here.
 func TestNoAnswer(t *testing.T) {
 	w := load(t, `
 nodes:
-  - {id: decode, type: t-decode, when: "false"}
+  - {id: decode, type: t-mute}
 `)
 	r := serve(t, w, context.Background(), engine.RouteChat, `{}`)
 	if r.rep.Err == nil || r.rep.Err.Msg != "no node answered the client" {

@@ -2,6 +2,7 @@ package celenv
 
 import (
 	"slices"
+	"strings"
 
 	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/operators"
@@ -183,3 +184,71 @@ func (x *Expr) IntLiterals() []int64 {
 	}))
 	return out
 }
+
+// Atoms lists, for each request-data path the expression compares with a
+// value known under f (a literal, or a config var in f), the values worth
+// trying to decide it: each compared value, its neighbours for ints, and
+// Other for strings (a value equal to none of them). Bool paths read bare
+// (request.stream, tokens.known) get true and false. The ending proof tries
+// combinations of them, so guards such as `tokens.count > config.long` and
+// `tokens.count <= config.long` are seen to be exclusive.
+func (x *Expr) Atoms(f Facts) map[string][]any {
+	if x == nil {
+		return nil
+	}
+	out := map[string][]any{}
+	add := func(p string, vs ...any) {
+		for _, v := range vs {
+			if !slices.Contains(out[p], v) {
+				out[p] = append(out[p], v)
+			}
+		}
+	}
+	data := func(p string) bool {
+		return strings.HasPrefix(p, "request.") || strings.HasPrefix(p, "tokens.")
+	}
+	value := func(p string, v any) {
+		switch t := v.(type) {
+		case int64:
+			add(p, t-1, t, t+1)
+		case string:
+			add(p, t, Other)
+		case bool:
+			add(p, true, false)
+		}
+	}
+	celast.PreOrderVisit(x.root, celast.NewExprVisitor(func(e celast.Expr) {
+		switch e.Kind() {
+		case celast.SelectKind:
+			if p := path(e); p == "request.stream" || p == "tokens.known" {
+				add(p, true, false)
+			}
+		case celast.CallKind:
+			c := e.AsCall()
+			args := c.Args()
+			switch c.FunctionName() {
+			case operators.Equals, operators.NotEquals, operators.Less, operators.LessEquals, operators.Greater, operators.GreaterEquals:
+				for _, pair := range [][2]celast.Expr{{args[0], args[1]}, {args[1], args[0]}} {
+					if p := path(pair[0]); data(p) {
+						if v, ok := eval3(pair[1], f); ok {
+							value(p, v)
+						}
+					}
+				}
+			case operators.In:
+				if p := path(args[0]); data(p) && args[1].Kind() == celast.ListKind {
+					for _, el := range args[1].AsList().Elements() {
+						if v, ok := eval3(el, f); ok {
+							value(p, v)
+						}
+					}
+				}
+			}
+		}
+	}))
+	return out
+}
+
+// Other stands for a string equal to none of the literals an expression
+// compares with.
+const Other = "\x00other"

@@ -104,6 +104,12 @@ func register() {
 		func(p params, _ *engine.BuildContext) (*node, error) {
 			return &node{kind: "respond", c: engine.Contract{Responds: true, Terminal: true, Role: "decode"}}, nil
 		})
+	// t-mute claims to answer but never does: a broken node type, the only
+	// way left past the ending proof to the run's "no node answered" net.
+	reg("t-mute", "test: a terminal responder that succeeds without answering", "", false,
+		func(p params, _ *engine.BuildContext) (*node, error) {
+			return &node{kind: "noop", c: engine.Contract{Responds: true, Terminal: true, Role: "decode"}}, nil
+		})
 	reg("t-noop", "test: does nothing", `"outputs": {"type": "object"}`, false, func(p params, _ *engine.BuildContext) (*node, error) {
 		// Its outputs are its params.outputs, declared with the CEL type of
 		// each value (integral numbers are int).
