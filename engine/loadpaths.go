@@ -53,6 +53,8 @@ type pathWalker struct {
 	anc     []graph.Set
 	order   []int
 	classes [][]outClass
+	eidx    [][]int // eidx[i][k]: the number of node i's k-th need
+	nedges  int
 	format  string
 	facts   celenv.Facts // request.format, config vars and the request scenario
 	scen    string       // the request scenario, for messages ("" when none)
@@ -78,6 +80,13 @@ func (c *compiler) paths(order []int, anc []graph.Set) {
 	}
 	pw := &pathWalker{c: c, succ: succ, anc: anc, order: order,
 		unanswered: map[int]*unansweredPath{}, races: map[[2]int]bool{}}
+	pw.eidx = make([][]int, len(nodes))
+	for i, n := range nodes {
+		for range n.needs {
+			pw.eidx[i] = append(pw.eidx[i], pw.nedges)
+			pw.nedges++
+		}
+	}
 	for _, r := range Routes {
 		if !c.w.routes[r] {
 			continue
@@ -91,7 +100,7 @@ func (c *compiler) paths(order []int, anc []graph.Set) {
 			for i := range nodes {
 				pw.classes[i] = pw.outcomeClasses(i)
 			}
-			st := &walkState{fire: map[edgeRef]fireState{}, label: make([]string, len(nodes)), state: make([]byte, len(nodes))}
+			st := &walkState{fire: make([]fireState, pw.nedges), label: make([]string, len(nodes)), state: make([]byte, len(nodes))}
 			pw.step(0, st)
 		}
 	}
@@ -184,19 +193,15 @@ func (pw *pathWalker) outcomeClasses(i int) []outClass {
 // walkState is one partial walk: edge states, and per node what happened
 // ('o' omitted, 's' skipped, 'r' ran, 'n' not started after the answer).
 type walkState struct {
-	fire     map[edgeRef]fireState
+	fire     []fireState // by pw.eidx
 	label    []string
 	state    []byte
 	answered []int
 }
 
 func (st *walkState) clone() *walkState {
-	c := &walkState{fire: make(map[edgeRef]fireState, len(st.fire)), label: slices.Clone(st.label),
+	return &walkState{fire: slices.Clone(st.fire), label: slices.Clone(st.label),
 		state: slices.Clone(st.state), answered: slices.Clone(st.answered)}
-	for k, v := range st.fire {
-		c.fire[k] = v
-	}
-	return c
 }
 
 func (pw *pathWalker) step(pos int, st *walkState) {
@@ -224,7 +229,7 @@ func (pw *pathWalker) step(pos int, st *walkState) {
 	// Resolve incoming edges that may or may not fire, one branch each.
 	var maybes []int
 	for k := range n.needs {
-		if st.fire[edgeRef{to: i, k: k}] == fireMaybe {
+		if st.fire[pw.eidx[i][k]] == fireMaybe {
 			maybes = append(maybes, k)
 		}
 	}
@@ -233,7 +238,7 @@ func (pw *pathWalker) step(pos int, st *walkState) {
 		if len(maybes) > 0 {
 			s = st.clone()
 			for b, k := range maybes {
-				s.fire[edgeRef{to: i, k: k}] = map[bool]fireState{true: fireYes, false: fireNo}[mask&(1<<b) != 0]
+				s.fire[pw.eidx[i][k]] = map[bool]fireState{true: fireYes, false: fireNo}[mask&(1<<b) != 0]
 			}
 		}
 		pw.decide(pos, i, s)
@@ -245,7 +250,7 @@ func (pw *pathWalker) decide(pos, i int, st *walkState) {
 	n := pw.c.w.nodes[i]
 	fired := 0
 	for k := range n.needs {
-		if st.fire[edgeRef{to: i, k: k}] == fireYes {
+		if st.fire[pw.eidx[i][k]] == fireYes {
 			fired++
 		}
 	}
@@ -329,7 +334,7 @@ func (pw *pathWalker) setOut(st *walkState, i int, out []fireState) {
 		if out != nil {
 			f = out[j]
 		}
-		st.fire[er] = f
+		st.fire[pw.eidx[er.to][er.k]] = f
 	}
 }
 
