@@ -65,7 +65,8 @@ func (ds Diagnostics) SARIF(version string) []byte {
 			r.RuleIndex = &i
 		}
 		var loc location
-		loc.PhysicalLocation.ArtifactLocation.URI = filepath.ToSlash(d.File)
+		// A URI reference: slashes, and "<stdin>" (not a valid URI) as "stdin".
+		loc.PhysicalLocation.ArtifactLocation.URI = strings.Trim(filepath.ToSlash(d.File), "<>")
 		if d.Line > 0 {
 			loc.PhysicalLocation.Region = &region{StartLine: d.Line, StartColumn: max(d.Col, 1)}
 		}
