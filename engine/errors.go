@@ -29,6 +29,7 @@ const (
 	KindDeadline                     // 504 timeout_error deadline_exceeded
 	KindShuttingDown                 // 503 server_error shutting_down
 	KindCancelled                    // client went away: 499 in logs and metrics, nothing is written
+	KindUpstreamUnavailable          // upstream 503: 503 server_error upstream_unavailable, with Retry-After
 )
 
 // Error is celflow's typed error. Message must never contain an upstream
@@ -49,6 +50,42 @@ type Error struct {
 	UpstreamMsg string
 	// Cause is for logs only; it is never shown to clients.
 	Cause error
+	// Param is the relayed `param` of an upstream 4xx OpenAI or vLLM error
+	// when it was a string (already cut); "" writes null (PROTOCOL 12).
+	Param string
+	// RetryAfter is the reply's Retry-After in whole seconds, 0 for none:
+	// an upstream 503 (default DefaultRetryAfter) or 429 (only when the
+	// upstream sent a valid one).
+	RetryAfter int
+}
+
+// DefaultRetryAfter is the Retry-After, in seconds, of an upstream 503 that
+// sent none (or one out of bounds) (PROTOCOL 12).
+const DefaultRetryAfter = 1
+
+// UpstreamStatus is THE mapping of an upstream's non-2xx answer to an
+// error (PROTOCOL 12): a 503 is KindUpstreamUnavailable with retryAfter or
+// the default; a 4xx is KindUpstreamRejected with the same status, the
+// relayed message and param (and, for a 429, its Retry-After); anything
+// else is KindBadGateway. retryAfter is the upstream's valid Retry-After in
+// seconds, 0 when absent or untrusted. msg and param must already be cut.
+func UpstreamStatus(code int, msg, param string, retryAfter int) *Error {
+	switch {
+	case code == http.StatusServiceUnavailable:
+		if retryAfter <= 0 {
+			retryAfter = DefaultRetryAfter
+		}
+		return &Error{Kind: KindUpstreamUnavailable, Item: -1, Status: code,
+			Msg: "upstream unavailable: HTTP 503", RetryAfter: retryAfter}
+	case code >= 400 && code < 500:
+		e := &Error{Kind: KindUpstreamRejected, Item: -1, Status: code,
+			Msg: "rejected the request: HTTP " + strconv.Itoa(code), UpstreamMsg: msg, Param: param}
+		if code == http.StatusTooManyRequests {
+			e.RetryAfter = retryAfter
+		}
+		return e
+	}
+	return &Error{Kind: KindBadGateway, Item: -1, Status: code, Msg: "upstream answered HTTP " + strconv.Itoa(code)}
 }
 
 // Errorf builds an *Error of a kind.
@@ -138,7 +175,7 @@ func (e *Error) HTTPStatus() int {
 		return http.StatusBadGateway
 	case KindUpstreamTimeout, KindDeadline:
 		return http.StatusGatewayTimeout
-	case KindShuttingDown:
+	case KindShuttingDown, KindUpstreamUnavailable:
 		return http.StatusServiceUnavailable
 	case KindCancelled:
 		return 499 // never written: the client is gone; logs and metrics only
@@ -153,7 +190,7 @@ func (e *Error) Type() string {
 		return "upstream_error"
 	case KindUpstreamTimeout, KindDeadline:
 		return "timeout_error"
-	case KindShuttingDown, KindInternal:
+	case KindShuttingDown, KindInternal, KindUpstreamUnavailable:
 		return "server_error"
 	case KindUpstreamRejected:
 		if e.HTTPStatus() >= 500 {
@@ -199,6 +236,8 @@ func (e *Error) Code() string {
 		return "shutting_down"
 	case KindCancelled:
 		return "client_closed_request"
+	case KindUpstreamUnavailable:
+		return "upstream_unavailable"
 	}
 	return "internal_error"
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 	"unicode/utf8"
 )
@@ -81,10 +82,16 @@ func WriteError(w http.ResponseWriter, e *Error, requestID string) {
 	b.Error.Message = e.ClientMessage(requestID)
 	b.Error.Type = e.Type()
 	b.Error.Code = e.Code()
+	if e.Param != "" {
+		b.Error.Param = &e.Param
+	}
 	out, _ := json.Marshal(&b)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Request-Id", requestID)
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
 	if e.Kind == KindShuttingDown {
 		h.Set("Connection", "close")
 	}
