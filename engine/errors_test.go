@@ -82,3 +82,26 @@ func TestWriteErrorRetryAfterAndParam(t *testing.T) {
 		})
 	}
 }
+
+// Issue 12: the bounded reasons of celflow_retries_total and the retry log.
+func TestRetryReason(t *testing.T) {
+	for _, tc := range []struct {
+		err    *engine.Error
+		status int
+		want   string
+	}{
+		{engine.Errorf(engine.KindBadGateway, "unreachable"), 0, engine.RetryTransport},
+		{engine.UpstreamStatus(500, "", "", 0), 500, engine.RetryStatus5xx},
+		{engine.UpstreamStatus(503, "", "", 0), 503, engine.RetryUnavailable},
+		{engine.UpstreamStatus(409, "", "", 0), 409, engine.RetryStatus4xx},
+		{engine.Errorf(engine.KindBadGateway, "unparseable"), 200, engine.RetryBadReply},
+		{engine.Errorf(engine.KindUpstreamTimeout, ""), 0, engine.RetryTimeout},
+		{engine.Errorf(engine.KindUpstreamProtocol, ""), 200, engine.RetryProtocol},
+		{engine.Errorf(engine.KindInternal, ""), 0, engine.RetryOther},
+		{nil, 0, engine.RetryOther},
+	} {
+		if got := engine.RetryReason(tc.err, tc.status); got != tc.want {
+			t.Errorf("%v/%d: %s, want %s", tc.err, tc.status, got, tc.want)
+		}
+	}
+}

@@ -324,6 +324,7 @@ func (rs *run) retry(i int, c *completion) bool {
 	if n.foreach != nil {
 		items, _ = rs.items(i, n)
 	}
+	rs.noteRetry(i, c, d)
 	rs.launch(i, items, max(d, time.Nanosecond))
 	return true
 }

@@ -47,6 +47,7 @@ type Outcome struct {
 	Items      []Outcome
 	Outputs    map[string]any
 	Responded  bool
+	Retries    []AttemptFailure // attempts that failed and were retried, in order (retrylog.go)
 }
 
 // Report is what a run leaves behind, for logs, metrics and `celflow demo`.

@@ -19,6 +19,7 @@ type client struct {
 	pools       [numRoles]*pool // direct mode; nil entry = no endpoints
 	rt          *http.Transport
 	bases       *baseCache // parsed base URLs, so a leg does not parse its URL
+	health      healthHook // SetHealthHook's function, read by the pools
 }
 
 const numRoles = 3
@@ -51,6 +52,7 @@ func newClient(cfg Config) (*Client, error) {
 		for r, eps := range cfg.Pools {
 			if len(eps) > 0 {
 				c.pools[roleIndex(r)] = newPool(r, eps, cfg)
+				c.pools[roleIndex(r)].hook = &c.health
 			}
 		}
 	}
