@@ -93,7 +93,7 @@ func WriteError(w http.ResponseWriter, e *Error, requestID string) {
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
-	if e.Kind == KindShuttingDown {
+	if e.Kind == KindShuttingDown || e.Kind == KindHeadersTooLarge || e.Kind == KindBadFraming {
 		h.Set("Connection", "close")
 	}
 	w.WriteHeader(e.HTTPStatus())
