@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/celflow/celflow/engine/tlsfiles"
 	"github.com/celflow/celflow/engine/upstream"
 )
 
@@ -27,7 +28,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Server{Listen: ":8080", MaxRequestBodySize: 64, ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 30 * time.Second, WriteTimeout: 120 * time.Second, DrainDelay: 5 * time.Second,
-		ShutdownTimeout: 25 * time.Second}
+		ShutdownTimeout: 25 * time.Second, TLS: tlsfiles.ServerConfig{ReloadInterval: 10 * time.Second}}
 	if c.Server != want {
 		t.Fatalf("server %+v", c.Server)
 	}
@@ -70,7 +71,8 @@ workflow: /abs/wf.yaml
 	if c == nil {
 		t.Fatal(diags)
 	}
-	if c.Server != (Server{"127.0.0.1:9000", 5, time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second, 5 * time.Second}) {
+	if c.Server != (Server{"127.0.0.1:9000", 5, time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second, 5 * time.Second,
+		tlsfiles.ServerConfig{ReloadInterval: DefaultTLSReloadInterval}, ""}) {
 		t.Fatalf("server %+v", c.Server)
 	}
 	want := upstream.Config{Mode: "direct", Picker: "least-in-flight",
@@ -80,7 +82,8 @@ workflow: /abs/wf.yaml
 			"decode":  {{URL: "http://d1:8000"}, {URL: "http://d2:8000"}},
 		},
 		FailureThreshold: 2, EjectFor: 7 * time.Second, IdleConnTimeout: 3 * time.Second,
-		MaxIdleConnsPerHost: 64, MaxConnsPerHost: 100, ShortPromptTokens: 32, PrefixBlockTokens: 8, PrefixIndexSize: 500}
+		MaxIdleConnsPerHost: 64, MaxConnsPerHost: 100, ShortPromptTokens: 32, PrefixBlockTokens: 8, PrefixIndexSize: 500,
+		TLS: tlsfiles.ClientConfig{ReloadInterval: DefaultTLSReloadInterval}}
 	if !reflect.DeepEqual(c.Upstream, want) {
 		t.Fatalf("upstream\n got %+v\nwant %+v", c.Upstream, want)
 	}

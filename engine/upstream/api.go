@@ -12,6 +12,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/celflow/celflow/engine/tlsfiles"
 )
 
 // Role is a worker role; it is also the EPP-Profile value of the leg.
@@ -50,6 +52,12 @@ type Config struct {
 	ShortPromptTokens int // default 0 (off)
 	PrefixBlockTokens int // tokens per hashed block, default 16
 	PrefixIndexSize   int // entries per decode endpoint, default 10000
+	// TLS is how https:// bases are verified and which client certificate
+	// celflow shows them (upstream.tls); the zero value is the system roots.
+	TLS tlsfiles.ClientConfig
+	// Models, when set, is what GET /v1/models lists, without asking the
+	// workers or the gateway (upstream.models).
+	Models []string
 }
 
 // Endpoint is one worker of a direct pool.

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/celflow/celflow/engine/tlsfiles"
 )
 
 // client is the implementation behind Client. Everything but the pools'
@@ -19,6 +21,7 @@ type client struct {
 	pools       [numRoles]*pool // direct mode; nil entry = no endpoints
 	rt          *http.Transport
 	bases       *baseCache // parsed base URLs, so a leg does not parse its URL
+	tls         *tlsfiles.Client // upstream.tls material; nil = crypto/tls defaults
 }
 
 const numRoles = 3
@@ -42,6 +45,12 @@ func newClient(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &client{cfg: cfg, rt: newTransport(cfg), render: strings.TrimRight(cfg.Render, "/")}
+	if cfg.TLS.Configured() {
+		if c.tls, err = tlsfiles.NewClient(cfg.TLS); err != nil {
+			return nil, prefixKeys("tls", err)
+		}
+		c.rt.DialTLSContext = c.tls.DialTLS(c.rt.DialContext)
+	}
 	switch cfg.Mode {
 	case modeGateway:
 		c.gateway = strings.TrimRight(cfg.Gateway, "/")
