@@ -29,6 +29,7 @@ const (
 	KindDeadline                     // 504 timeout_error deadline_exceeded
 	KindShuttingDown                 // 503 server_error shutting_down
 	KindCancelled                    // client went away: 499 in logs and metrics, nothing is written
+	KindModelsUnavailable            // 503 upstream_error models_unavailable: GET /v1/models, no upstream answered
 )
 
 // Error is celflow's typed error. Message must never contain an upstream
@@ -142,6 +143,8 @@ func (e *Error) HTTPStatus() int {
 		return http.StatusServiceUnavailable
 	case KindCancelled:
 		return 499 // never written: the client is gone; logs and metrics only
+	case KindModelsUnavailable:
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }
@@ -162,6 +165,9 @@ func (e *Error) Type() string {
 	}
 	if e.Kind == KindCancelled {
 		return "server_error"
+	}
+	if e.Kind == KindModelsUnavailable {
+		return "upstream_error"
 	}
 	return "invalid_request_error"
 }
@@ -199,6 +205,8 @@ func (e *Error) Code() string {
 		return "shutting_down"
 	case KindCancelled:
 		return "client_closed_request"
+	case KindModelsUnavailable:
+		return "models_unavailable"
 	}
 	return "internal_error"
 }

@@ -35,7 +35,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.track.done()
 	defer s.finish(x, r)
 
-	if s.draining.Load() && r.URL.Path != PathHealthz {
+	if s.draining.Load() && r.URL.Path != PathHealthz && r.URL.Path != PathHealth {
 		x.route = routeOf(r.URL.Path)
 		s.fail(x, engine.Errorf(engine.KindShuttingDown, "server is shutting down"))
 		return

@@ -36,6 +36,8 @@ type Server struct {
 	// requests still in flight when the shutdown budget runs out.
 	base       context.Context
 	cancelBase context.CancelFunc
+
+	models atomic.Pointer[modelCache] // GET /v1/models (models.go)
 }
 
 // New builds a server; it does not listen yet.
@@ -112,11 +114,19 @@ func (s *Server) Run(ctx context.Context) int {
 		ReadTimeout:       s.opts.ReadTimeout,
 		BaseContext:       func(net.Listener) context.Context { return s.base },
 		ErrorLog:          log.New(errLog, "", 0),
+		TLSConfig:         s.opts.TLS, // nil: plain HTTP (tls.go)
 	}
+	stopMetrics, err := s.serveMetrics(errLog)
+	if err != nil {
+		_ = ln.Close()
+		s.log.WithError(err).Error("cannot listen for metrics")
+		return 1
+	}
+	defer stopMetrics()
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- s.serve(srv, ln) }()
 	s.ready.Store(true)
-	s.log.WithField("listen", ln.Addr().String()).Info("celflow is serving")
+	s.log.WithFields(logrus.Fields{"listen": ln.Addr().String(), "tls": s.opts.TLS != nil}).Info("celflow is serving")
 
 	select {
 	case <-ctx.Done():

@@ -131,7 +131,7 @@ func (c *Client) config(addr string) *tls.Config {
 func (c *Client) Reload() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	snap, sum, err := c.load()
+	snap, sum, err := settle(c.load)
 	if err != nil {
 		if sum != [32]byte{} && sum == c.badSum {
 			return ErrUnchanged

@@ -171,7 +171,7 @@ func (s *Server) Update(cfg ServerConfig) error {
 }
 
 func (s *Server) swap(cfg ServerConfig) error {
-	snap, sum, err := s.load(cfg)
+	snap, sum, err := settle(func() (*serverSnap, [32]byte, error) { return s.load(cfg) })
 	if err != nil {
 		if sum != [32]byte{} && sum == s.badSum {
 			return ErrUnchanged

@@ -138,3 +138,19 @@ func Watch(ctx context.Context, interval time.Duration, reload func()) {
 		}
 	}
 }
+
+// settle retries a load that failed while its files were changing: the
+// files of a set are read one after the other, and a Secret swap between
+// two reads yields a new certificate with an old key. A failure is final
+// once the files read the same twice in a row (or after a few tries).
+func settle[T any](load func() (T, [32]byte, error)) (T, [32]byte, error) {
+	v, sum, err := load()
+	for try := 0; err != nil && try < 3; try++ {
+		v2, sum2, err2 := load()
+		if sum2 == sum {
+			break
+		}
+		v, sum, err = v2, sum2, err2
+	}
+	return v, sum, err
+}

@@ -79,19 +79,19 @@ func TestServerHandshakes(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		cfg    tlsfiles.ServerConfig
-		client tls.Config
+		client *tls.Config
 		err    string // "" = handshake succeeds
 	}{
-		{"plain handshake", base, tls.Config{}, ""},
-		{"floor 1.2 refuses TLS 1.1", base, tls.Config{MinVersion: tls.VersionTLS10, MaxVersion: tls.VersionTLS11}, "protocol version"},
-		{"floor 1.2 accepts TLS 1.2", base, tls.Config{MaxVersion: tls.VersionTLS12}, ""},
-		{"floor 1.3 refuses TLS 1.2", tls13, tls.Config{MaxVersion: tls.VersionTLS12}, "protocol version"},
-		{"mTLS refuses no certificate", mtls, tls.Config{}, "certificate required"},
-		{"mTLS refuses no certificate (TLS 1.2)", mtls, tls.Config{MaxVersion: tls.VersionTLS12}, "handshake failure"},
-		{"mTLS refuses a stranger", mtls, tls.Config{GetClientCertificate: send(stranger)}, "unknown certificate authority"},
-		{"mTLS accepts a client certificate", mtls, tls.Config{Certificates: []tls.Certificate{good}}, ""},
-		{"optional accepts no certificate", optional, tls.Config{}, ""},
-		{"optional refuses a stranger", optional, tls.Config{GetClientCertificate: send(stranger)}, "unknown certificate authority"},
+		{"plain handshake", base, &tls.Config{}, ""},
+		{"floor 1.2 refuses TLS 1.1", base, &tls.Config{MinVersion: tls.VersionTLS10, MaxVersion: tls.VersionTLS11}, "protocol version"},
+		{"floor 1.2 accepts TLS 1.2", base, &tls.Config{MaxVersion: tls.VersionTLS12}, ""},
+		{"floor 1.3 refuses TLS 1.2", tls13, &tls.Config{MaxVersion: tls.VersionTLS12}, "protocol version"},
+		{"mTLS refuses no certificate", mtls, &tls.Config{}, "certificate required"},
+		{"mTLS refuses no certificate (TLS 1.2)", mtls, &tls.Config{MaxVersion: tls.VersionTLS12}, "handshake failure"},
+		{"mTLS refuses a stranger", mtls, &tls.Config{GetClientCertificate: send(stranger)}, "unknown certificate authority"},
+		{"mTLS accepts a client certificate", mtls, &tls.Config{Certificates: []tls.Certificate{good}}, ""},
+		{"optional accepts no certificate", optional, &tls.Config{}, ""},
+		{"optional refuses a stranger", optional, &tls.Config{GetClientCertificate: send(stranger)}, "unknown certificate authority"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := tlsfiles.NewServer(tc.cfg, nil)
@@ -101,7 +101,7 @@ func TestServerHandshakes(t *testing.T) {
 			addr := serve(t, s.Config())
 			tc.client.RootCAs = ca.Pool()
 			tc.client.ServerName = "127.0.0.1"
-			_, err = dial(addr, &tc.client)
+			_, err = dial(addr, tc.client)
 			switch {
 			case tc.err == "" && err != nil:
 				t.Fatalf("handshake: %v", err)
