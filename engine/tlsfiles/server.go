@@ -150,7 +150,8 @@ func (s *Server) Reload() error {
 }
 
 // Update applies new settings (a config reload): new paths, floor or client
-// auth. Turning TLS on or off needs a restart; Update refuses that.
+// auth; ErrUnchanged when neither they nor the files changed. Turning TLS
+// on or off needs a restart; Update refuses that.
 func (s *Server) Update(cfg ServerConfig) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -163,11 +164,12 @@ func (s *Server) Update(cfg ServerConfig) error {
 	if errs := cfg.Check(); len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	if err := s.swap(cfg); err != nil && !errors.Is(err, ErrUnchanged) {
+	err := s.swap(cfg)
+	if err != nil && !errors.Is(err, ErrUnchanged) {
 		return err
 	}
 	s.cfg = cfg
-	return nil
+	return err
 }
 
 func (s *Server) swap(cfg ServerConfig) error {
