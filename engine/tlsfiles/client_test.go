@@ -142,4 +142,3 @@ func TestClientConfigCheck(t *testing.T) {
 		t.Error("Configured")
 	}
 }
-

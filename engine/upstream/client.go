@@ -20,7 +20,7 @@ type client struct {
 	render      string          // render service base URL without trailing slash
 	pools       [numRoles]*pool // direct mode; nil entry = no endpoints
 	rt          *http.Transport
-	bases       *baseCache // parsed base URLs, so a leg does not parse its URL
+	bases       *baseCache       // parsed base URLs, so a leg does not parse its URL
 	tls         *tlsfiles.Client // upstream.tls material; nil = crypto/tls defaults
 }
 
