@@ -14,22 +14,27 @@ import (
 type Kind uint8
 
 const (
-	KindInternal          Kind = iota // 500 server_error internal_error
-	KindInvalidJSON                   // 400 invalid_json
-	KindInvalidRequest                // 400 invalid_request
-	KindInvalidMedia                  // 400 invalid_media
-	KindMediaFetchFailed              // 400 media_fetch_failed
-	KindTooLarge                      // 413 request_too_large
-	KindNotFound                      // 404 not_found
-	KindMethodNotAllowed              // 405 method_not_allowed
-	KindUpstreamRejected              // upstream 4xx: same status, upstream_rejected
-	KindBadGateway                    // 502 upstream_error bad_gateway
-	KindUpstreamProtocol              // 502 upstream_error upstream_protocol_error
-	KindUpstreamTimeout               // 504 timeout_error upstream_timeout
-	KindDeadline                      // 504 timeout_error deadline_exceeded
-	KindShuttingDown                  // 503 server_error shutting_down
-	KindCancelled                     // client went away: 499 in logs and metrics, nothing is written
-	KindModelsUnavailable             // 503 upstream_error models_unavailable: GET /v1/models, no upstream answered
+	KindInternal         Kind = iota // 500 server_error internal_error
+	KindInvalidJSON                  // 400 invalid_json
+	KindInvalidRequest               // 400 invalid_request
+	KindInvalidMedia                 // 400 invalid_media
+	KindMediaFetchFailed             // 400 media_fetch_failed
+	KindTooLarge                     // 413 request_too_large
+	KindNotFound                     // 404 not_found
+	KindMethodNotAllowed             // 405 method_not_allowed
+	KindUpstreamRejected             // upstream 4xx: same status, upstream_rejected
+	KindBadGateway                   // 502 upstream_error bad_gateway
+	KindUpstreamProtocol             // 502 upstream_error upstream_protocol_error
+	KindUpstreamTimeout              // 504 timeout_error upstream_timeout
+	KindDeadline                     // 504 timeout_error deadline_exceeded
+	KindShuttingDown                 // 503 server_error shutting_down
+	KindCancelled                    // client went away: 499 in logs and metrics, nothing is written
+)
+
+// Kinds added by issue 12, in their own block so that the iota list above
+// keeps its alignment (merges); values are explicit and never reused.
+const (
+	KindModelsUnavailable Kind = 32 // 503 upstream_error models_unavailable: GET /v1/models, no upstream answered
 )
 
 // Error is celflow's typed error. Message must never contain an upstream
