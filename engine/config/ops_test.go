@@ -72,3 +72,16 @@ func TestOpsInvalid(t *testing.T) {
 		})
 	}
 }
+
+// An upstream.tls file that does not load is a diagnostic at the section.
+func TestUpstreamTLSFileDiag(t *testing.T) {
+	c, diags := load(t, "upstream:\n  gateway: https://gw\n  tls: {ca_file: /nonexistent/ca.pem}\nworkflow: w\n", nil)
+	if c == nil {
+		t.Fatal(diags)
+	}
+	up, ds := c.NewUpstream()
+	if up != nil || len(ds) != 1 || !strings.Contains(ds[0].String(), "/etc/celflow/serve.yaml:3:") ||
+		!strings.Contains(ds[0].String(), "upstream.tls: open /nonexistent/ca.pem") {
+		t.Fatalf("%v", ds)
+	}
+}

@@ -135,11 +135,7 @@ func (c *client) getModels(ctx context.Context, base, profile string) ([]Model, 
 // they have the right type.
 func parseModels(body []byte) ([]Model, error) {
 	var doc struct {
-		Data []struct {
-			ID      any `json:"id"`
-			Created any `json:"created"`
-			OwnedBy any `json:"owned_by"`
-		} `json:"data"`
+		Data []json.RawMessage `json:"data"`
 	}
 	if err := json.Unmarshal(body, &doc); err != nil {
 		return nil, fmt.Errorf("model list is not JSON: %w", err)
@@ -148,9 +144,20 @@ func parseModels(body []byte) ([]Model, error) {
 		return nil, errors.New(`model list has no "data" array`)
 	}
 	out := make([]Model, 0, min(len(doc.Data), maxModels))
-	for _, d := range doc.Data {
+	for _, raw := range doc.Data {
+		var d struct {
+			ID      any `json:"id"`
+			Created any `json:"created"`
+			OwnedBy any `json:"owned_by"`
+		}
+		if len(out) == maxModels {
+			break
+		}
+		if json.Unmarshal(raw, &d) != nil {
+			continue // not an object: skipped, as a bad id is
+		}
 		id, ok := d.ID.(string)
-		if !ok || !printable(id, maxModelID) || len(out) == maxModels {
+		if !ok || !printable(id, maxModelID) {
 			continue
 		}
 		m := Model{ID: id, Object: "model", OwnedBy: "celflow"}
