@@ -81,6 +81,10 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	return c, nil
 }
 
+// HandshakeTimeout bounds an upstream TLS handshake (http.Transport's
+// TLSHandshakeTimeout does not apply to a DialTLSContext).
+const HandshakeTimeout = 10 * time.Second
+
 // DialTLS wraps a TCP dialer into the transport's DialTLSContext: each new
 // connection is handshaken with a config built from the snapshot current at
 // dial time (roots and client certificate), verified by crypto/tls itself
@@ -94,7 +98,9 @@ func (c *Client) DialTLS(dial func(ctx context.Context, network, addr string) (n
 		}
 		conf := c.config(addr)
 		tc := tls.Client(raw, conf)
-		if err := tc.HandshakeContext(ctx); err != nil {
+		hctx, cancel := context.WithTimeout(ctx, HandshakeTimeout)
+		defer cancel()
+		if err := tc.HandshakeContext(hctx); err != nil {
 			raw.Close()
 			return nil, err
 		}
