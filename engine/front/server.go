@@ -114,7 +114,7 @@ func (s *Server) Run(ctx context.Context) int {
 		ReadTimeout:       s.opts.ReadTimeout,
 		BaseContext:       func(net.Listener) context.Context { return s.base },
 		ErrorLog:          log.New(errLog, "", 0),
-		TLSConfig:         s.opts.TLS, // nil: plain HTTP (tls.go)
+		TLSConfig:         s.opts.TLS, // nil: plain HTTP (listeners.go)
 	}
 	stopMetrics, err := s.serveMetrics(errLog)
 	if err != nil {
