@@ -13,6 +13,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -59,18 +61,24 @@ func downTLS(t *testing.T) string {
 // the files in dir and returns its https base URL.
 func startTLSCelflow(t *testing.T, name, dir, upstream string) (*proc, string) {
 	t.Helper()
+	return startTLSCelflowWith(t, name, dir, upstream, `{cert_file: celflow.crt, key_file: celflow.key, min_version: "1.2"}`)
+}
+
+// startTLSCelflowWith is startTLSCelflow with its server.tls section.
+func startTLSCelflowWith(t *testing.T, name, dir, upstream, serverTLS string) (*proc, string) {
+	t.Helper()
 	writeFile(t, filepath.Join(dir, "wf.yaml"), []byte("apiVersion: celflow/v1\nkind: Workflow\nmetadata: {name: tls}\n"+
 		"nodes:\n  - id: decode\n    type: decode\n"))
 	cfg := fmt.Sprintf(`server:
   listen: "127.0.0.1:0"
   drain_delay: 0s
   shutdown_timeout: 5s
-  tls: {cert_file: celflow.crt, key_file: celflow.key, min_version: "1.2"}
+  tls: %s
 upstream:
 %s  tls: {ca_file: ca.pem}
 telemetry: {log_level: info, log_format: json}
 workflow: ./wf.yaml
-`, upstream)
+`, serverTLS, upstream)
 	path := filepath.Join(dir, name+".yaml")
 	writeFile(t, path, []byte(cfg))
 	p := startProc(t, name, "serve", "--config", path)
@@ -161,5 +169,83 @@ func TestTLSEveryHopAndModels(t *testing.T) {
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 503 || apiErr.Code != "models_unavailable" {
 		t.Fatalf("all workers down: %v", err)
+	}
+}
+
+// Rotation under load with the built binary: 4 OpenAI SDK clients × 300
+// completions on kept-alive connections (two HTTP/1.1, two HTTP/2) to an
+// https worker, while celflow's certificate Secret is swapped twice and
+// picked up by the file poll. No request fails, each swap is one
+// `TLS material reloaded` line and a new connection sees the new serial.
+func TestTLSRotationUnderLoadE2E(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "e2e CA")
+	writeFile(t, filepath.Join(dir, "ca.pem"), ca.PEM)
+	sim := ca.Server(t, "127.0.0.1").Write(t, dir, "sim")
+	sec := tlstest.NewSecret(t, dir, ca.Server(t, "127.0.0.1"))
+	w := startTLSSim(t, "w", "sim", "--listen", "127.0.0.1:0", "--roles", "decode", "--tls-cert", sim.Cert, "--tls-key", sim.Key)
+	cel, base := startTLSCelflowWith(t, "celflow", dir, fmt.Sprintf("  pools: {decode: [%q]}\n", simURL(t, w)),
+		`{cert_file: tls.crt, key_file: tls.key, reload_interval: 20ms}`)
+
+	newConnSerial := func() string {
+		t.Helper()
+		tr := &http.Transport{Proxy: nil, TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}
+		defer tr.CloseIdleConnections()
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get(base + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.TLS.PeerCertificates[0].SerialNumber.String()
+	}
+	reloaded := regexp.MustCompile(`"msg":"TLS material reloaded`)
+
+	const clients, perClient = 4, 300
+	var done atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, clients*perClient)
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil, ForceAttemptHTTP2: i%2 == 1,
+				TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+			defer hc.CloseIdleConnections()
+			c := openai.NewClient(option.WithBaseURL(base+"/v1/"), option.WithAPIKey("k"), option.WithMaxRetries(0), option.WithHTTPClient(hc))
+			for j := range perClient {
+				_, err := c.Completions.New(context.Background(), openai.CompletionNewParams{Model: "m",
+					Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hi")}, MaxTokens: openai.Int(1)})
+				if err != nil {
+					errs <- fmt.Errorf("client %d request %d: %w", i, j, err)
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	for rot := 1; rot <= 2; rot++ {
+		for deadline := time.Now().Add(60 * time.Second); done.Load() < int32(rot*clients*perClient/3); {
+			if time.Now().After(deadline) {
+				t.Fatal("the load stalled")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		next := ca.Server(t, "127.0.0.1")
+		sec.Update(t, next)
+		want := next.Cert.SerialNumber.String()
+		for deadline := time.Now().Add(10 * time.Second); newConnSerial() != want; {
+			if time.Now().After(deadline) {
+				t.Fatalf("rotation %d: new connections never saw serial %s\n%s", rot, want, cel.tail(20))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	out := cel.output()
+	if n := len(reloaded.FindAllString(out, -1)); n != 2 || strings.Contains(out, "TLS reload failed") {
+		t.Fatalf("%d reload lines, want 2:\n%s", n, cel.tail(30))
 	}
 }
