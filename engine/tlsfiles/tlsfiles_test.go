@@ -245,3 +245,36 @@ func TestWatchStops(t *testing.T) {
 func send(c tls.Certificate) func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 	return func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &c, nil }
 }
+
+// A client CA removed by a reload cannot be bypassed by resuming a session
+// established before it (crypto/tls re-verifies a resumed session's client
+// chain against the ClientCAs of the config in use since Go 1.24.12/1.25.6;
+// this pins it, as every reload is such a config change).
+func TestServerClientCARotationEndsSessions(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, "test CA")
+	f := ca.Server(t, "127.0.0.1").Write(t, dir, "server")
+	oldCA, newCA := tlstest.NewCA(t, "old clients"), tlstest.NewCA(t, "new clients")
+	bundle := filepath.Join(dir, "clients.pem")
+	tlstest.WriteFile(t, bundle, oldCA.PEM)
+	s, err := tlsfiles.NewServer(tlsfiles.ServerConfig{CertFile: f.Cert, KeyFile: f.Key, ClientCAFile: bundle}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, s.Config())
+	cache := tls.NewLRUClientSessionCache(8)
+	client := &tls.Config{RootCAs: ca.Pool(), ClientSessionCache: cache, Certificates: []tls.Certificate{oldCA.Client(t, "app").TLS(t)}}
+	for i := 0; i < 2; i++ { // the second connection may resume
+		if _, err := dial(addr, client); err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+	}
+	tlstest.WriteFile(t, bundle, newCA.PEM)
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	client.GetClientCertificate = send(oldCA.Client(t, "app").TLS(t))
+	if _, err := dial(addr, client); err == nil {
+		t.Fatal("a client of the removed CA got in (resumed session?)")
+	}
+}
