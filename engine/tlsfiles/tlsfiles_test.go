@@ -247,9 +247,9 @@ func send(c tls.Certificate) func(*tls.CertificateRequestInfo) (*tls.Certificate
 }
 
 // A client CA removed by a reload cannot be bypassed by resuming a session
-// established before it (crypto/tls re-verifies a resumed session's client
-// chain against the ClientCAs of the config in use since Go 1.24.12/1.25.6;
-// this pins it, as every reload is such a config change).
+// established before it: crypto/tls (as of the Go in go.mod) refuses to
+// resume such a session under the new ClientCAs; this pins that, since
+// every reload is such a config change.
 func TestServerClientCARotationEndsSessions(t *testing.T) {
 	dir := t.TempDir()
 	ca := tlstest.NewCA(t, "test CA")
