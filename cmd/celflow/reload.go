@@ -68,8 +68,10 @@ func (g *generation) live() front.Live {
 		}
 	}
 	s := g.cfg.Server
+	// The schema's enum admits only known names.
+	fields, _ := front.ParseClientFields(g.cfg.Trust.ClientFields)
 	return front.Live{Runners: runners, MaxBodyBytes: s.MaxBodyBytes(), WriteTimeout: s.WriteTimeout,
-		DrainDelay: s.DrainDelay, ShutdownTimeout: s.ShutdownTimeout}
+		DrainDelay: s.DrainDelay, ShutdownTimeout: s.ShutdownTimeout, ClientFields: fields}
 }
 
 func (g *generation) fields() logrus.Fields {
@@ -97,6 +99,8 @@ var restartKeys = []struct {
 	{"server.tls.reload_interval", func(c *config.Config) string { return c.Server.TLS.ReloadInterval.String() }},
 	{"upstream.tls.reload_interval", func(c *config.Config) string { return c.Upstream.TLS.ReloadInterval.String() }},
 	{"server.metrics_listen", func(c *config.Config) string { return c.Server.MetricsListen }},
+	{"server.max_header_bytes", func(c *config.Config) string { return fmt.Sprint(c.Server.MaxHeaderBytes) }},
+	{"server.max_header_count", func(c *config.Config) string { return fmt.Sprint(c.Server.MaxHeaderCount) }},
 }
 
 // reloader applies SIGHUP: one reload at a time, from one goroutine.

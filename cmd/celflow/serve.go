@@ -116,6 +116,8 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		DrainDelay:        lv.DrainDelay,
 		ShutdownTimeout:   lv.ShutdownTimeout,
 		MetricsListen:     s.MetricsListen,
+		ClientFields:      lv.ClientFields,
+		Limits:            front.Limits{MaxHeaderBytes: s.MaxHeaderBytes, MaxHeaderCount: s.MaxHeaderCount},
 	}
 	tlsSt.options(&opts)
 	srv := front.New(opts)

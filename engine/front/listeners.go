@@ -2,6 +2,7 @@ package front
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log"
@@ -10,14 +11,15 @@ import (
 	"time"
 )
 
-// serve runs the main listener: TLS when Options.TLS is set (net/http adds
-// HTTP/2 by ALPN; the certificate comes from the config's callbacks, so no
-// file names here), plain HTTP otherwise.
-func (s *Server) serve(srv *http.Server, ln net.Listener) error {
-	if srv.TLSConfig != nil {
-		return srv.ServeTLS(ln, "", "")
+// tlsListener is ln itself for plain HTTP; with Options.TLS it hands out
+// *tls.Conn, which framedListener leaves unwrapped (its tracker must never
+// see ciphertext) and net/http serves with HTTP/2 when ALPN picks "h2"
+// (srv.TLSConfig offers it). Certificates come from the config's callbacks.
+func tlsListener(ln net.Listener, srv *http.Server) net.Listener {
+	if srv.TLSConfig == nil {
+		return ln
 	}
-	return srv.Serve(ln)
+	return tls.NewListener(ln, srv.TLSConfig)
 }
 
 // separateMetrics: /metrics lives on its own listener, not the main one.

@@ -3,6 +3,7 @@ package upstream
 import (
 	"net"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"time"
@@ -20,8 +21,9 @@ type client struct {
 	render      string          // render service base URL without trailing slash
 	pools       [numRoles]*pool // direct mode; nil entry = no endpoints
 	rt          *http.Transport
-	bases       *baseCache       // parsed base URLs, so a leg does not parse its URL
-	tls         *tlsfiles.Client // upstream.tls material; nil = crypto/tls defaults
+	bases       *baseCache          // parsed base URLs, so a leg does not parse its URL
+	owned       map[string]struct{} // Config.OwnedHeaders, canonical; nil when none
+	tls         *tlsfiles.Client    // upstream.tls material; nil = crypto/tls defaults
 }
 
 const numRoles = 3
@@ -50,6 +52,12 @@ func newClient(cfg Config) (*Client, error) {
 			return nil, prefixKeys("tls", err)
 		}
 		c.rt.DialTLSContext = c.tls.DialTLS(c.rt.DialContext)
+	}
+	for _, name := range cfg.OwnedHeaders {
+		if c.owned == nil {
+			c.owned = map[string]struct{}{}
+		}
+		c.owned[textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(name))] = struct{}{}
 	}
 	switch cfg.Mode {
 	case modeGateway:
