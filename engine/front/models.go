@@ -71,8 +71,13 @@ func renderModels(ms []upstream.Model) []byte {
 	return b
 }
 
-// listModels answers GET /v1/models in OpenAI's list shape.
+// listModels answers GET /v1/models in OpenAI's list shape. Like the
+// probes, its summary line is debug level and it is not counted in the
+// request metrics (whose route label is an inference route or
+// "unmatched"): SDKs call it on start-up, and an upstream that fails it is
+// logged at warning level anyway.
 func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
+	probe(w)
 	c := s.models.Load()
 	if c == nil {
 		s.fail(w, engine.Errorf(engine.KindModelsUnavailable, "no model list is configured"))
