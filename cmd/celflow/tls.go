@@ -127,9 +127,9 @@ func (t *tlsState) watch(ctx context.Context, cfg *config.Config) {
 	if t.srv != nil {
 		go tlsfiles.Watch(ctx, cfg.Server.TLS.ReloadInterval, func() { t.reloadServer(nil) })
 	}
-	if cfg.Upstream.TLS.Configured() {
-		go tlsfiles.Watch(ctx, cfg.Upstream.TLS.ReloadInterval, t.reloadUpstream)
-	}
+	// Always: a reload may add upstream.tls to a client that had none (a
+	// client without it reloads nothing).
+	go tlsfiles.Watch(ctx, cfg.Upstream.TLS.ReloadInterval, t.reloadUpstream)
 }
 
 func certFields(c *x509.Certificate) logrus.Fields {
