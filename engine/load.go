@@ -88,8 +88,7 @@ func compile(doc *schema.Doc, opts LoadOptions, hash string) (*Workflow, schema.
 	c := &compiler{doc: doc, opts: opts, ids: map[string]int{},
 		w: &Workflow{file: doc.File, hash: hash, doc: doc, pool: &sync.Pool{}}}
 	c.ds = schema.Validate(doc, schema.WorkflowID, "")
-	root, ok := doc.Root.(map[string]any)
-	if !ok {
+	if _, ok := doc.Root.(map[string]any); !ok {
 		return nil, c.ds
 	}
 	var wd workflowDoc
@@ -98,7 +97,7 @@ func compile(doc *schema.Doc, opts LoadOptions, hash string) (*Workflow, schema.
 	c.nodes(wd.Nodes)
 	c.cel()
 	c.graph()
-	c.tests(root)
+	c.tests(wd.Tests)
 	return c.w, c.ds
 }
 
@@ -152,14 +151,4 @@ type defaultsDoc struct {
 func quote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
-}
-
-// integer reads a schema-validated integer of an untyped value.
-func integer(v any) (int, bool) {
-	n, ok := v.(json.Number)
-	if !ok {
-		return 0, false
-	}
-	i, err := n.Int64()
-	return int(i), err == nil
 }

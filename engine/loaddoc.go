@@ -24,8 +24,7 @@ type workflowDoc struct {
 	RequestTimeout schema.Val[time.Duration]   `json:"request_timeout"`
 	Vars           schema.Map[schema.Val[any]] `json:"vars"`
 	Nodes          []nodeDoc                   `json:"nodes"`
-	// Tests is decoded by the tests: block compiler (testsblock.go).
-	Tests schema.Val[any] `json:"tests"`
+	Tests          []testDoc                   `json:"tests"`
 }
 
 type metadataDoc struct {
@@ -91,4 +90,47 @@ type retryDoc struct {
 	MaxBackoff schema.Val[time.Duration] `json:"max_backoff"`
 	Jitter     schema.Val[bool]          `json:"jitter"`
 	If         schema.Val[string]        `json:"if"`
+}
+
+// testDoc is one entry of tests: (testsblock.go compiles it).
+type testDoc struct {
+	schema.Pos
+	Name    schema.Val[string]          `json:"name"`
+	Request *testRequestDoc             `json:"request"`
+	Assume  schema.Map[schema.Val[any]] `json:"assume"`
+	Expect  *testExpectDoc              `json:"expect"`
+}
+
+type testRequestDoc struct {
+	Route   schema.Val[string]            `json:"route"`
+	Body    schema.Val[any]               `json:"body"`
+	Headers schema.Val[map[string]string] `json:"headers"`
+	Tokens  schema.Val[int]               `json:"tokens"`
+}
+
+type testExpectDoc struct {
+	Ran        []schema.Val[string] `json:"ran"`
+	Skipped    []schema.Val[string] `json:"skipped"`
+	Omitted    []schema.Val[string] `json:"omitted"`
+	Failed     []schema.Val[string] `json:"failed"`
+	AnsweredBy schema.Val[string]   `json:"answered_by"`
+	Status     schema.Val[int]      `json:"status"`
+	Code       schema.Val[string]   `json:"code"`
+}
+
+// list returns one of the expect lists by its key (expectLists), and
+// whether the document has it.
+func (e *testExpectDoc) list(k string) ([]schema.Val[string], bool) {
+	var l []schema.Val[string]
+	switch k {
+	case "ran":
+		l = e.Ran
+	case "skipped":
+		l = e.Skipped
+	case "omitted":
+		l = e.Omitted
+	case "failed":
+		l = e.Failed
+	}
+	return l, l != nil
 }

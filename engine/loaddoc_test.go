@@ -53,6 +53,9 @@ func TestDocDeclaredOnce(t *testing.T) {
 		{"node", nodeDoc{}, defs["node"], "Node fields#0"},
 		{"need", needDoc{}, need, ""},
 		{"retry", retryDoc{}, defs["retry"], "Timeouts and retries#0"},
+		{"test", testDoc{}, defs["test"], ""},
+		{"test.request", testRequestDoc{}, defs["test"].(map[string]any)["properties"].(map[string]any)["request"], ""},
+		{"test.expect", testExpectDoc{}, defs["test"].(map[string]any)["properties"].(map[string]any)["expect"], ""},
 	} {
 		fields := structKeys(reflect.TypeOf(tc.typ))
 		if want := props(tc.schema); !slices.Equal(fields, want) {
