@@ -100,6 +100,14 @@ func TestFailuresAreVisible(t *testing.T) {
 		t.Fatalf("status %d\n%s", resp.StatusCode, logs)
 	}
 
+	// The summary line and the metrics come after the reply: wait for them.
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), `"msg":"request"`); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no summary line\n%s", logs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
 	// Logs: the retry, the ejection, and the summary with attempts.
 	var retry, eject, summary map[string]any
 	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
@@ -127,9 +135,12 @@ func TestFailuresAreVisible(t *testing.T) {
 		t.Errorf("summary nodes %q", nodes)
 	}
 
-	// Metrics.
-	if v := metricValue(t, m, "celflow_retries_total", map[string]string{"node": "prefill", "reason": "unavailable"}); v != 1 {
-		t.Errorf("retries_total %v", v)
+	// Metrics (observed just after the summary line).
+	for deadline := time.Now().Add(5 * time.Second); metricValue(t, m, "celflow_retries_total", map[string]string{"node": "prefill", "reason": "unavailable"}) != 1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("retries_total %v", metricValue(t, m, "celflow_retries_total", map[string]string{"node": "prefill", "reason": "unavailable"}))
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	if v := metricValue(t, m, "celflow_endpoint_ejections_total", map[string]string{"pool": "prefill"}); v != 1 {
 		t.Errorf("ejections_total %v", v)
