@@ -36,7 +36,7 @@ const (
 	KindReservedField                // 400 invalid_request_error reserved_field, Param = the JSON path
 	KindHeadersTooLarge              // 431 invalid_request_error request_header_fields_too_large
 	KindBadFraming                   // 400 invalid_request_error invalid_framing (the connection is closed)
-	KindUpstreamUnavailable          // upstream 503: 503 server_error upstream_unavailable, with Retry-After
+	KindUnavailable                  // upstream 503: 503 server_error upstream_unavailable, with Retry-After
 )
 
 // Error is celflow's typed error. Message must never contain an upstream
@@ -73,7 +73,7 @@ type Error struct {
 const DefaultRetryAfter = 1
 
 // UpstreamStatus is THE mapping of an upstream's non-2xx answer to an
-// error (PROTOCOL 12): a 503 is KindUpstreamUnavailable with retryAfter or
+// error (PROTOCOL 12): a 503 is KindUnavailable with retryAfter or
 // the default; a 4xx is KindUpstreamRejected with the same status, the
 // relayed message and param (and, for a 429, its Retry-After); anything
 // else is KindBadGateway. retryAfter is the upstream's valid Retry-After in
@@ -84,7 +84,7 @@ func UpstreamStatus(code int, msg, param string, retryAfter int) *Error {
 		if retryAfter <= 0 {
 			retryAfter = DefaultRetryAfter
 		}
-		return &Error{Kind: KindUpstreamUnavailable, Item: -1, Status: code,
+		return &Error{Kind: KindUnavailable, Item: -1, Status: code,
 			Msg: "upstream unavailable: HTTP 503", RetryAfter: retryAfter}
 	case code >= 400 && code < 500:
 		e := &Error{Kind: KindUpstreamRejected, Item: -1, Status: code,
@@ -189,7 +189,7 @@ func (e *Error) HTTPStatus() int {
 		return http.StatusBadGateway
 	case KindUpstreamTimeout, KindDeadline:
 		return http.StatusGatewayTimeout
-	case KindShuttingDown, KindUpstreamUnavailable:
+	case KindShuttingDown, KindUnavailable:
 		return http.StatusServiceUnavailable
 	case KindCancelled:
 		return 499 // never written: the client is gone; logs and metrics only
@@ -204,7 +204,7 @@ func (e *Error) Type() string {
 		return "upstream_error"
 	case KindUpstreamTimeout, KindDeadline:
 		return "timeout_error"
-	case KindShuttingDown, KindInternal, KindUpstreamUnavailable:
+	case KindShuttingDown, KindInternal, KindUnavailable:
 		return "server_error"
 	case KindUpstreamRejected:
 		if e.HTTPStatus() >= 500 {
@@ -250,7 +250,7 @@ func (e *Error) Code() string {
 		return "shutting_down"
 	case KindCancelled:
 		return "client_closed_request"
-	case KindUpstreamUnavailable:
+	case KindUnavailable:
 		return "upstream_unavailable"
 	case KindDuplicateKey:
 		return "duplicate_key"
