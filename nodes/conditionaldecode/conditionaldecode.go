@@ -37,6 +37,7 @@ type params struct {
 	StreamIdleTimeout string   `json:"stream_idle_timeout"`
 	Mode              string   `json:"mode"`
 	CacheHitThreshold *float64 `json:"cache_hit_threshold"`
+	leg.BodyParams             // the 412 and error bodies celflow reads; a hit is relayed
 }
 
 // Modes: who decides a hit (README "Modes").
@@ -49,6 +50,7 @@ const (
 type ConditionalDecode struct {
 	client       *upstream.Client
 	ttfb, idle   time.Duration
+	body         leg.BodyBounds // idle_timeout, body_timeout of non-relayed replies
 	writeTimeout time.Duration
 	// threshold is cache_hit_threshold as JSON, formatted once at build;
 	// nil in predicted mode.
@@ -73,6 +75,11 @@ func Build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 	add(err)
 	n.idle, err = leg.Duration("/stream_idle_timeout", p.StreamIdleTimeout, 0)
 	add(err)
+	var berrs []error
+	n.body, berrs = p.BodyParams.Parse(leg.DefaultIdleTimeout, leg.DefaultBodyTimeout)
+	for _, err := range berrs {
+		add(err)
+	}
 	add(leg.RequireRole(b, upstream.RoleDecode))
 	switch p.Mode {
 	case "", modePredicted:
