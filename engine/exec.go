@@ -331,7 +331,7 @@ func (rs *run) retry(i int, c *completion) bool {
 
 func retryable(e *Error) bool {
 	switch e.Kind {
-	case KindBadGateway, KindUpstreamTimeout, KindUnavailable:
+	case KindBadGateway, KindUpstreamTimeout, KindUpstreamUnavailable:
 		return true // a 503 is retried too: another endpoint may have room (docs/errors.md)
 	case KindUpstreamRejected:
 		return e.Status >= 500

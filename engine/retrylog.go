@@ -39,7 +39,7 @@ func RetryReason(e *Error, status int) string {
 	switch e.Kind {
 	case KindUpstreamTimeout:
 		return RetryTimeout
-	case KindUnavailable:
+	case KindUpstreamUnavailable:
 		return RetryUnavailable
 	case KindUpstreamRejected:
 		if e.Status >= 500 {

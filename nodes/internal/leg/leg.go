@@ -100,7 +100,7 @@ func Send(ctx context.Context, x *engine.Exec, c *upstream.Client, base string, 
 func is2xx(code int) bool { return code >= 200 && code < 300 }
 
 // Reject classifies a non-2xx answer and closes its body: a 503 becomes
-// KindUnavailable with its Retry-After; a 4xx KindUpstreamRejected
+// KindUpstreamUnavailable with its Retry-After; a 4xx KindUpstreamRejected
 // with the status, the relayed OpenAI message (≤ 512 bytes) and string
 // param; anything else KindBadGateway. The body (≤ 8 KiB) goes to
 // the log with the request id, never to the client.
