@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 	"unicode/utf8"
 )
@@ -47,6 +48,7 @@ type Outcome struct {
 	Items      []Outcome
 	Outputs    map[string]any
 	Responded  bool
+	Retries    []AttemptFailure // attempts that failed and were retried, in order (retrylog.go)
 }
 
 // Report is what a run leaves behind, for logs, metrics and `celflow demo`.
@@ -82,11 +84,17 @@ func WriteError(w http.ResponseWriter, e *Error, requestID string) {
 	b.Error.Message = e.ClientMessage(requestID)
 	b.Error.Type = e.Type()
 	b.Error.Code = e.Code()
+	if e.Param != "" {
+		b.Error.Param = &e.Param
+	}
 	out, _ := json.Marshal(&b)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Request-Id", requestID)
-	if e.Kind == KindShuttingDown {
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	if e.Kind == KindShuttingDown || e.Kind == KindHeadersTooLarge || e.Kind == KindBadFraming {
 		h.Set("Connection", "close")
 	}
 	w.WriteHeader(e.HTTPStatus())

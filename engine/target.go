@@ -70,25 +70,22 @@ var reservedLegHeaders = map[string]string{
 // roles may have target rules.
 var targetRoles = map[string]upstream.Role{"encode": upstream.RoleEncode, "prefill": upstream.RolePrefill, "decode": upstream.RoleDecode}
 
-// parseTargets reads a node's `target:` list (already schema-valid).
-func parseTargets(ptr string, v any) []targetSpec {
-	list, _ := v.([]any)
-	out := make([]targetSpec, 0, len(list))
-	for k, raw := range list {
-		m, _ := raw.(map[string]any)
-		ts := targetSpec{ptr: schema.Ptr(ptr, k)}
-		ts.cond, _ = m["if"].(string)
-		ts.pool, _ = m["pool"].(string)
-		ts.model, _ = m["model"].(string)
-		if h, ok := m["headers"].(map[string]any); ok {
-			ts.headers = map[string]string{}
-			for name, val := range h {
-				s, _ := val.(string)
-				ts.headers[name] = s
-				ts.headerOrder = append(ts.headerOrder, name)
+// parseTargets reads a node's typed `target:` list (already schema-valid).
+func parseTargets(docs []targetDoc) []targetSpec {
+	if len(docs) == 0 {
+		return nil
+	}
+	out := make([]targetSpec, 0, len(docs))
+	for _, d := range docs {
+		ts := targetSpec{ptr: d.Ptr, cond: d.If.V, pool: d.Pool.V, model: d.Model.V}
+		for _, h := range d.Headers {
+			if ts.headers == nil {
+				ts.headers = map[string]string{}
 			}
-			sort.Strings(ts.headerOrder)
+			ts.headers[h.Key] = h.V.V
+			ts.headerOrder = append(ts.headerOrder, h.Key)
 		}
+		sort.Strings(ts.headerOrder)
 		out = append(out, ts)
 	}
 	return out

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/celflow/celflow/engine/telemetry"
+	"github.com/celflow/celflow/engine/tlsfiles"
 	"github.com/celflow/celflow/engine/upstream"
 	"github.com/celflow/celflow/schema"
 )
@@ -41,6 +42,7 @@ type Config struct {
 	Upstream  upstream.Config // zero fields take the upstream package's defaults
 	Telemetry Telemetry
 	Workflow  Workflow
+	Trust     Trust
 
 	doc     *schema.Doc
 	fromEnv map[string]string // pointer → the variable that set it
@@ -55,6 +57,16 @@ type Server struct {
 	WriteTimeout       time.Duration
 	DrainDelay         time.Duration
 	ShutdownTimeout    time.Duration
+	TLS                tlsfiles.ServerConfig // server.tls; off unless Enabled
+	MetricsListen      string                // "" = /metrics on the main listener
+	MaxHeaderBytes     int
+	MaxHeaderCount     int
+}
+
+// Trust is the `trust:` section (docs/threat-model.md).
+type Trust struct {
+	ClientFields []string // families of celflow-owned body fields clients may send
+	OwnedHeaders []string // extra header names never forwarded from clients (also in Upstream.OwnedHeaders)
 }
 
 // MaxBodyBytes is the body cap in bytes (the schema bounds it to int64).
@@ -85,6 +97,9 @@ func Defaults() Config {
 			WriteTimeout:       120 * time.Second,
 			DrainDelay:         5 * time.Second,
 			ShutdownTimeout:    25 * time.Second,
+			TLS:                tlsfiles.ServerConfig{ReloadInterval: DefaultTLSReloadInterval},
+			MaxHeaderBytes:     60 << 10,
+			MaxHeaderCount:     100,
 		},
 		Upstream: upstream.Config{
 			Picker:              "round-robin",
@@ -94,6 +109,7 @@ func Defaults() Config {
 			MaxIdleConnsPerHost: upstream.DefaultMaxIdleConnsPerHost,
 			PrefixBlockTokens:   upstream.DefaultPrefixBlockTokens,
 			PrefixIndexSize:     upstream.DefaultPrefixIndexSize,
+			TLS:                 tlsfiles.ClientConfig{ReloadInterval: DefaultTLSReloadInterval},
 		},
 		Telemetry: Telemetry{LogLevel: "info"},
 	}
@@ -136,12 +152,12 @@ func (c *Config) check() schema.Diagnostics {
 	if x, ok := c.doc.Value(ptr); ok {
 		if n, ok := x.(json.Number); ok {
 			if i, err := n.Int64(); err == nil && i > maxBodyMiB {
-				return schema.Diagnostics{c.doc.Diag(ptr, schema.Error,
-					fmt.Sprintf("%d MiB overflows int64 bytes (at most %d)", i, int64(maxBodyMiB)))}
+				return append(c.checkOps(), c.doc.Diag(ptr, schema.Error,
+					fmt.Sprintf("%d MiB overflows int64 bytes (at most %d)", i, int64(maxBodyMiB))))
 			}
 		}
 	}
-	return nil
+	return c.checkOps()
 }
 
 // decode fills the typed config from the validated document.
@@ -156,6 +172,11 @@ func (c *Config) decode() {
 	v.dur("/server/write_timeout", &c.Server.WriteTimeout)
 	v.dur("/server/drain_delay", &c.Server.DrainDelay)
 	v.dur("/server/shutdown_timeout", &c.Server.ShutdownTimeout)
+	v.int("/server/max_header_bytes", &c.Server.MaxHeaderBytes)
+	v.int("/server/max_header_count", &c.Server.MaxHeaderCount)
+	c.Trust = Trust{}
+	v.list("/trust/client_fields", &c.Trust.ClientFields)
+	v.list("/trust/owned_headers", &c.Trust.OwnedHeaders)
 
 	u := &c.Upstream
 	v.str("/upstream/mode", &u.Mode)
@@ -182,6 +203,8 @@ func (c *Config) decode() {
 	v.int("/upstream/conditional_decode/short_prompt_tokens", &u.ShortPromptTokens)
 	v.int("/upstream/conditional_decode/prefix_block_tokens", &u.PrefixBlockTokens)
 	v.int("/upstream/conditional_decode/prefix_index_size", &u.PrefixIndexSize)
+	c.decodeOps(v)
+	u.OwnedHeaders = c.Trust.OwnedHeaders
 
 	t := &c.Telemetry
 	v.str("/telemetry/log_level", &t.LogLevel)
@@ -269,4 +292,20 @@ func (v values) pool(ptr string) ([]upstream.Endpoint, bool) {
 		}
 	}
 	return eps, true
+}
+
+// list reads an array of strings.
+func (v values) list(ptr string, dst *[]string) {
+	x, ok := v.d.Value(ptr)
+	if !ok {
+		return
+	}
+	items, _ := x.([]any)
+	out := make([]string, 0, len(items))
+	for _, it := range items {
+		if s, ok := it.(string); ok {
+			out = append(out, s)
+		}
+	}
+	*dst = out
 }

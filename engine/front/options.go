@@ -6,6 +6,7 @@
 package front
 
 import (
+	"crypto/tls"
 	"net"
 	"net/http"
 	"time"
@@ -63,6 +64,23 @@ type Options struct {
 	// requests after the listener closes.
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
+
+	// ClientFields are the celflow-owned body fields clients may send
+	// (trust.client_fields); zero trusts none. Part of the first Live set.
+	ClientFields ClientFields
+	// Limits are the front's header and framing limits (server.max_header_*);
+	// zero values take the defaults (Envoy's: 60 KiB, 100 headers).
+	Limits Limits
+
+	// TLS, when set, serves TLS on the listener with this config (HTTP/2
+	// offered by ALPN); nil serves plain HTTP. tlsfiles.Server.Config
+	// builds one whose certificates reload without a restart.
+	TLS *tls.Config
+	// MetricsListen, when set, serves GET /metrics on its own plain-HTTP
+	// listener at this address, and the main listener answers 404 there.
+	// MetricsListener, when set, is used instead (tests).
+	MetricsListen   string
+	MetricsListener net.Listener
 }
 
 // Live is the part of a server's configuration that can change while it
@@ -78,6 +96,7 @@ type Live struct {
 	WriteTimeout    time.Duration
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
+	ClientFields    ClientFields
 }
 
 // live is the stored form of Live: its own copy of the runner map, so that
@@ -88,6 +107,7 @@ type live struct {
 	writeTimeout    time.Duration
 	drainDelay      time.Duration
 	shutdownTimeout time.Duration
+	clientFields    ClientFields
 }
 
 func newLive(l Live) *live {
@@ -101,7 +121,7 @@ func newLive(l Live) *live {
 		l.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	return &live{runners: rs, maxBody: l.MaxBodyBytes, writeTimeout: l.WriteTimeout,
-		drainDelay: l.DrainDelay, shutdownTimeout: l.ShutdownTimeout}
+		drainDelay: l.DrainDelay, shutdownTimeout: l.ShutdownTimeout, clientFields: l.ClientFields}
 }
 
 func (l *live) export() Live {
@@ -110,7 +130,7 @@ func (l *live) export() Live {
 		rs[rt] = r
 	}
 	return Live{Runners: rs, MaxBodyBytes: l.maxBody, WriteTimeout: l.writeTimeout,
-		DrainDelay: l.drainDelay, ShutdownTimeout: l.shutdownTimeout}
+		DrainDelay: l.drainDelay, ShutdownTimeout: l.shutdownTimeout, ClientFields: l.clientFields}
 }
 
 // Observation is what the front knows about one finished request.

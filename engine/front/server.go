@@ -36,6 +36,10 @@ type Server struct {
 	// requests still in flight when the shutdown budget runs out.
 	base       context.Context
 	cancelBase context.CancelFunc
+
+	limits Limits // header limits (limits.go), fixed for the server's life
+
+	models atomic.Pointer[modelCache] // GET /v1/models (models.go)
 }
 
 // New builds a server; it does not listen yet.
@@ -43,9 +47,9 @@ func New(opts Options) *Server {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	s := &Server{opts: opts, log: opts.Log}
+	s := &Server{opts: opts, log: opts.Log, limits: opts.Limits.withDefaults()}
 	s.cur.Store(newLive(Live{Runners: opts.Runners, MaxBodyBytes: opts.MaxBodyBytes, WriteTimeout: opts.WriteTimeout,
-		DrainDelay: opts.DrainDelay, ShutdownTimeout: opts.ShutdownTimeout}))
+		DrainDelay: opts.DrainDelay, ShutdownTimeout: opts.ShutdownTimeout, ClientFields: opts.ClientFields}))
 	if s.log == nil {
 		s.log = logrus.StandardLogger()
 	}
@@ -112,11 +116,24 @@ func (s *Server) Run(ctx context.Context) int {
 		ReadTimeout:       s.opts.ReadTimeout,
 		BaseContext:       func(net.Listener) context.Context { return s.base },
 		ErrorLog:          log.New(errLog, "", 0),
+		MaxHeaderBytes:    s.limits.hardHeaderBytes(),
+		ConnContext:       connContext,
+		TLSConfig:         s.opts.TLS, // nil: plain HTTP (listeners.go)
 	}
+	stopMetrics, err := s.serveMetrics(errLog)
+	if err != nil {
+		_ = ln.Close()
+		s.log.WithError(err).Error("cannot listen for metrics")
+		return 1
+	}
+	defer stopMetrics()
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	// Plain connections are watched for ambiguous framing (framing.go);
+	// TLS connections reach net/http as *tls.Conn (HTTP/2 by ALPN).
+	framed := framedListener{Listener: tlsListener(ln, srv), maxLine: srv.MaxHeaderBytes + 4096}
+	go func() { served <- srv.Serve(framed) }()
 	s.ready.Store(true)
-	s.log.WithField("listen", ln.Addr().String()).Info("celflow is serving")
+	s.log.WithFields(logrus.Fields{"listen": ln.Addr().String(), "tls": s.opts.TLS != nil}).Info("celflow is serving")
 
 	select {
 	case <-ctx.Done():

@@ -3,9 +3,12 @@ package upstream
 import (
 	"net"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/celflow/celflow/engine/tlsfiles"
 )
 
 // client is the implementation behind Client. Everything but the pools'
@@ -19,7 +22,10 @@ type client struct {
 	pools       [numRoles]*pool  // direct mode; nil entry = no endpoints
 	named       map[string]*pool // direct mode: pools beyond the roles', chosen by a node's target rules
 	rt          *http.Transport
-	bases       *baseCache // parsed base URLs, so a leg does not parse its URL
+	bases       *baseCache          // parsed base URLs, so a leg does not parse its URL
+	owned       map[string]struct{} // Config.OwnedHeaders, canonical; nil when none
+	health      healthHook          // SetHealthHook's function, read by the pools
+	tls         *tlsfiles.Client    // upstream.tls material; nil = crypto/tls defaults
 }
 
 const numRoles = 3
@@ -43,6 +49,18 @@ func newClient(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &client{cfg: cfg, rt: newTransport(cfg), render: strings.TrimRight(cfg.Render, "/")}
+	if cfg.TLS.Configured() {
+		if c.tls, err = tlsfiles.NewClient(cfg.TLS); err != nil {
+			return nil, prefixKeys("tls", err)
+		}
+		c.rt.DialTLSContext = c.tls.DialTLS(c.rt.DialContext)
+	}
+	for _, name := range cfg.OwnedHeaders {
+		if c.owned == nil {
+			c.owned = map[string]struct{}{}
+		}
+		c.owned[textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(name))] = struct{}{}
+	}
 	switch cfg.Mode {
 	case modeGateway:
 		c.gateway = strings.TrimRight(cfg.Gateway, "/")
@@ -53,14 +71,16 @@ func newClient(cfg Config) (*Client, error) {
 			if len(eps) == 0 {
 				continue
 			}
+			p := newPool(r, eps, cfg)
+			p.hook = &c.health
 			if i := roleIndex(r); i >= 0 {
-				c.pools[i] = newPool(r, eps, cfg)
+				c.pools[i] = p
 				continue
 			}
 			if c.named == nil {
 				c.named = map[string]*pool{}
 			}
-			c.named[string(r)] = newPool(r, eps, cfg)
+			c.named[string(r)] = p
 		}
 	}
 	bases := []string{c.gateway, c.render}
