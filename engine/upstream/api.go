@@ -50,6 +50,9 @@ type Config struct {
 	ShortPromptTokens int // default 0 (off)
 	PrefixBlockTokens int // tokens per hashed block, default 16
 	PrefixIndexSize   int // entries per decode endpoint, default 10000
+	// OwnedHeaders are header names the operator adds to the built-in
+	// OwnedHeaders (trust.owned_headers): a client's value never reaches a leg.
+	OwnedHeaders []string
 }
 
 // Endpoint is one worker of a direct pool.

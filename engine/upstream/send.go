@@ -95,7 +95,7 @@ func (c *client) newRequest(ctx context.Context, base string, leg *Leg) (*http.R
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(nb()), nil }
 	}
 	h := make(http.Header, len(leg.Header)+5)
-	ForwardHeaders(h, leg.Header, leg.Relay)
+	forwardHeaders(h, leg.Header, leg.Relay, c.owned)
 	if leg.Trace != nil {
 		delete(h, "Traceparent")
 		delete(h, "Tracestate")
