@@ -45,6 +45,7 @@ func load(path string, getenv func(string) string, m *metrics.Metrics, reuse *ge
 			return nil, ds
 		}
 		up.OnLeg = m.UpstreamHook()
+		up.SetHealthHook(m.HealthHook())
 	}
 	opts := engine.LoadOptions{Upstream: up, WriteTimeout: cfg.Server.WriteTimeout}
 	var wf *engine.Workflow
@@ -166,6 +167,7 @@ func (r *reloader) reload() bool {
 	r.srv.SetLive(g.live())
 	old := r.cur
 	r.cur = g
+	r.m.WatchUpstream(g.up)
 	if old.up != g.up {
 		// Legs in flight keep their connections; the pool's idle ones go
 		// now rather than at idle_timeout.

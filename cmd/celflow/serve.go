@@ -58,6 +58,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	if g == nil {
 		return refuse(stderr, ds)
 	}
+	m.WatchUpstream(g.up)
 	cfg := g.cfg
 	level, err := logLevel(cfg.Telemetry.LogLevel, *verbosity)
 	if err != nil {

@@ -21,6 +21,7 @@ type client struct {
 	rt          *http.Transport
 	bases       *baseCache          // parsed base URLs, so a leg does not parse its URL
 	owned       map[string]struct{} // Config.OwnedHeaders, canonical; nil when none
+	health      healthHook          // SetHealthHook's function, read by the pools
 }
 
 const numRoles = 3
@@ -59,6 +60,7 @@ func newClient(cfg Config) (*Client, error) {
 		for r, eps := range cfg.Pools {
 			if len(eps) > 0 {
 				c.pools[roleIndex(r)] = newPool(r, eps, cfg)
+				c.pools[roleIndex(r)].hook = &c.health
 			}
 		}
 	}
