@@ -141,7 +141,8 @@ type Leg struct {
 	// celflow reads whole. A Relay leg's 2xx body is never bounded by them
 	// (relayed streams have stream_idle_timeout and no total); its non-2xx
 	// body, which celflow reads, is. Expiry makes the body's Read fail with
-	// a *TimeoutError (Phase "idle" or "body").
+	// a *TimeoutError (Phase "idle" or "body"). ReleaseBodyBounds lifts them
+	// once celflow decides to relay a body it began to read.
 	Idle        time.Duration
 	BodyTimeout time.Duration
 }

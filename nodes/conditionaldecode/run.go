@@ -43,12 +43,11 @@ func (n *ConditionalDecode) Run(ctx context.Context, x *engine.Exec) engine.Resu
 	// lets the transport negotiate and decode compression (Relay false);
 	// the client then gets the reply uncompressed.
 	l.Prefer, l.Relay = true, !worker
-	if !worker {
-		// upstream leaves a relayed 2xx unbounded; in worker mode a hit's
-		// reply is read and relayed by this node, so the read deadlines
-		// would cut a long hit: stream_idle_timeout bounds it instead.
-		n.body.Apply(l)
-	}
+	// upstream leaves a relayed 2xx unbounded. In worker mode the reply is
+	// read until the verdict, so the bounds hold until then (a miss, a 412,
+	// an error body are read whole); a hit lifts them before it is relayed
+	// (judge), and stream_idle_timeout bounds the rest.
+	n.body.Apply(l)
 	res = engine.Result{Attrs: leg.Attrs(t, l)}
 	if n.client.Direct() && !worker {
 		res.Attrs["celflow.predicted"] = "hit"
