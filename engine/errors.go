@@ -39,6 +39,12 @@ const (
 	KindUpstreamUnavailable             // upstream 503: 503 server_error upstream_unavailable, with Retry-After
 )
 
+// Kinds added by issue 12, in their own block so that the iota list above
+// keeps its alignment (merges); values are explicit and never reused.
+const (
+	KindModelsUnavailable Kind = 32 // 503 upstream_error models_unavailable: GET /v1/models, no upstream answered
+)
+
 // Error is celflow's typed error. Message must never contain an upstream
 // body, except the relayed message of an upstream 4xx OpenAI error, already
 // cut to 512 bytes (UpstreamMsg).
@@ -193,6 +199,8 @@ func (e *Error) HTTPStatus() int {
 		return http.StatusServiceUnavailable
 	case KindCancelled:
 		return 499 // never written: the client is gone; logs and metrics only
+	case KindModelsUnavailable:
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }
@@ -213,6 +221,9 @@ func (e *Error) Type() string {
 	}
 	if e.Kind == KindCancelled {
 		return "server_error"
+	}
+	if e.Kind == KindModelsUnavailable {
+		return "upstream_error"
 	}
 	return "invalid_request_error"
 }
@@ -260,6 +271,8 @@ func (e *Error) Code() string {
 		return "request_header_fields_too_large"
 	case KindBadFraming:
 		return "invalid_framing"
+	case KindModelsUnavailable:
+		return "models_unavailable"
 	}
 	return "internal_error"
 }
