@@ -1,6 +1,9 @@
 package front
 
 import (
+	"encoding/json"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/celflow/celflow/engine"
@@ -125,5 +128,91 @@ func TestReservedFieldsServed(t *testing.T) {
 	if got := string(run.State.Body); got != `{"messages":[{"content":[{"type":"image_url","image_url":{"url":"data:,"}}]}]}` || string(run.Req.Body) != got ||
 		run.State.BodyObj == nil || string(run.State.BodyObj.Buf) != got {
 		t.Errorf("the run got %s", got)
+	}
+}
+
+// FuzzGuardFields: GuardFields never panics on a valid body; an admitted
+// body is valid JSON equal (as encoding/json reads it) to the input minus
+// the uuid of every chat content part object, and nothing else changes.
+func FuzzGuardFields(f *testing.F) {
+	f.Add(`{"messages":[{"content":[{"type":"image_url","uuid":"v"}]}]}`, uint8(0))
+	f.Add(`{"kv_transfer_params":{}}`, uint8(1))
+	f.Fuzz(func(t *testing.T, body string, allow uint8) {
+		obj, err := jsonb.Parse([]byte(body))
+		if err != nil {
+			return
+		}
+		for _, rt := range engine.Routes {
+			nb, no, e := GuardFields(rt, []byte(body), obj, ClientFields(allow))
+			if e != nil {
+				if e.Kind != engine.KindReservedField || e.Param == "" {
+					t.Fatalf("%s: unexpected error %v", rt.Path(), e)
+				}
+				continue
+			}
+			if no == nil || string(no.Buf) != string(nb) {
+				t.Fatalf("%s: index does not match the body", rt.Path())
+			}
+			in, err1 := decodeNumbers(body)
+			out, err2 := decodeNumbers(string(nb))
+			if err1 != nil || err2 != nil {
+				t.Fatalf("%s: %q -> %q: %v %v", rt.Path(), body, nb, err1, err2)
+			}
+			if rt == engine.RouteChat && !ClientFields(allow).has(FieldMediaUUID) {
+				dropPartUUIDs(in)
+			}
+			if !reflect.DeepEqual(in, out) {
+				t.Fatalf("%s: %s became %s", rt.Path(), body, nb)
+			}
+		}
+	})
+}
+
+// dropPartUUIDs is the reference: delete "uuid" from every object of
+// messages[*].content[*].
+func dropPartUUIDs(v any) {
+	top, _ := v.(map[string]any)
+	msgs, _ := top["messages"].([]any)
+	for _, m := range msgs {
+		mo, _ := m.(map[string]any)
+		parts, _ := mo["content"].([]any)
+		for _, p := range parts {
+			if po, ok := p.(map[string]any); ok {
+				delete(po, "uuid")
+			}
+		}
+	}
+}
+
+func decodeNumbers(s string) (any, error) {
+	d := json.NewDecoder(strings.NewReader(s))
+	d.UseNumber()
+	var v any
+	err := d.Decode(&v)
+	return v, err
+}
+
+// The trust check on a typical chat body without reserved fields, and on
+// one whose image part carries a uuid (the strip re-indexes the body).
+func BenchmarkGuardFields(b *testing.B) {
+	img := `{"type":"image_url","image_url":{"url":"data:image/png;base64,` + strings.Repeat("A", 200<<10) + `"}`
+	for _, c := range []struct{ name, body string }{
+		{"clean-200KiB", `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"},` + img + `}]}],"max_tokens":5,"sampling_params":{"extra_args":{"a":1}}}`},
+		{"part-uuid-200KiB", `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"},` + img + `,"uuid":"x"}]}],"max_tokens":5}`},
+	} {
+		body := []byte(c.body)
+		obj, err := jsonb.Parse(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, e := GuardFields(engine.RouteChat, body, obj, 0); e != nil {
+					b.Fatal(e)
+				}
+			}
+		})
 	}
 }
