@@ -117,7 +117,7 @@ func postHead(proto string, extra ...string) string {
 	return "POST /v1/chat/completions " + proto + "\r\nHost: x\r\n" + strings.Join(extra, "")
 }
 
-// ACCEPTANCE-style front limits: header count and size give a JSON 431 and
+// Front limits: header count and size give a JSON 431 and
 // close the connection; at the limits the request is served.
 func TestHeaderLimitsRaw(t *testing.T) {
 	h := start(t, nil, func(o *Options) { o.Limits = Limits{MaxHeaderBytes: 4096, MaxHeaderCount: 20} })
@@ -240,7 +240,7 @@ func TestFramingKeepAliveRaw(t *testing.T) {
 	}
 }
 
-// The 413 reaches clients that send the whole body before reading
+// ACCEPTANCE 10: the 413 reaches clients that send the whole body before reading
 // (Connection: close, HTTP/1.0, chunked), every time: the server drains
 // the body after replying instead of resetting the connection.
 func Test413DeliveredRaw(t *testing.T) {

@@ -83,7 +83,7 @@ func TestGuardFields(t *testing.T) {
 }
 
 // A body without reserved fields costs no allocation, nested objects
-// included (ACCEPTANCE-style hot-path check; sync.Pool plays no part here).
+// included (sync.Pool plays no part here, so it holds under -race too).
 func TestGuardFieldsNoAlloc(t *testing.T) {
 	body := []byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"sampling_params":{"max_tokens":3,"extra_args":{"a":1}},"vllm_xargs":{"b":2},"max_tokens":5}`)
 	obj, err := jsonb.Parse(body)
@@ -102,8 +102,9 @@ func TestGuardFieldsNoAlloc(t *testing.T) {
 	}
 }
 
-// Through the server: a reserved field is a 400 with its param, before any
-// node runs; a stripped uuid never reaches the workflow.
+// ACCEPTANCE 113 (the client's kv_transfer_params and uuid included):
+// through the server, a reserved field is a 400 with its param before any
+// node runs, and a stripped uuid never reaches the workflow.
 func TestReservedFieldsServed(t *testing.T) {
 	runner := &fakeRunner{}
 	h := start(t, runner, nil)
