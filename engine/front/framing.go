@@ -209,8 +209,15 @@ func (f *framing) onLine(line []byte) {
 
 func (f *framing) headerLine(line []byte) {
 	if f.lines == 0 {
+		if !requestLine(line) {
+			// Not HTTP/1.x text (TLS records, if a server ever wraps this
+			// connection in TLS itself, or garbage net/http refuses): stop,
+			// rather than read framing into bytes that have none.
+			f.state = fsDead
+			return
+		}
 		f.lines = 1
-		f.http10 = len(line) >= 8 && string(line[len(line)-8:]) == "HTTP/1.0"
+		f.http10 = string(line[len(line)-8:]) == "HTTP/1.0"
 		return
 	}
 	if len(line) > 0 {
@@ -274,6 +281,14 @@ func (f *framing) endBlock() {
 	default:
 		f.state = fsHeader
 	}
+}
+
+// requestLine: the line ends in " HTTP/1.<digit>", as every request line
+// net/http serves does (it accepts any HTTP/1 minor version and raw bytes in
+// the target, so nothing else is required here).
+func requestLine(line []byte) bool {
+	n := len(line)
+	return n >= 10 && string(line[n-9:n-1]) == " HTTP/1." && line[n-1] >= '0' && line[n-1] <= '9'
 }
 
 // chunkSize parses a chunk-size line: hex digits, then optional extensions.

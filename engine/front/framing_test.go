@@ -48,6 +48,9 @@ func TestFramingTracker(t *testing.T) {
 		{"equal CLs are fine", req + "Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}" + ok2, 2, 0},
 		{"CL not a number", req + "Content-Length: +2\r\n\r\n", 1, 1},
 		{"folded header", req + "X-A: 1\r\n  continued\r\n\r\n", 1, 1},
+		{"HTTP/1.2 is tracked too", "POST / HTTP/1.2\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 1, 1},
+		{"raw bytes in the target", "POST /\xff\x01 HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", 1, 1},
+		{"not HTTP: tracking stops", "\x16\x03\x01\x02\x00\n \n\n" + ok2, 0, 0},
 		{"fake headers inside a body", req + "Content-Length: " + strconv.Itoa(len(fake)) + "\r\n\r\n" + fake + ok2, 2, 0},
 	}
 	for _, tt := range tests {

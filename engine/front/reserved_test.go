@@ -217,3 +217,26 @@ func BenchmarkGuardFields(b *testing.B) {
 		})
 	}
 }
+
+// trust.client_fields reaches requests through Options and through a live
+// swap (a reload): a trusted family is served, the rest stays refused.
+func TestClientFieldsLive(t *testing.T) {
+	runner := &fakeRunner{}
+	h := start(t, runner, func(o *Options) { o.ClientFields = FieldKVTransfer })
+	kv := `{"kv_transfer_params":{"remote_host":"trusted"}}`
+	if resp, b := h.do(t, "POST", "/v1/completions", kv, nil); resp.StatusCode != 200 {
+		t.Fatalf("trusted kv: %d %s", resp.StatusCode, b)
+	}
+	if resp, _ := h.do(t, "POST", "/v1/completions", `{"bootstrap_room":1}`, nil); resp.StatusCode != 400 {
+		t.Fatalf("untrusted bootstrap: %d", resp.StatusCode)
+	}
+	l := h.srv.Live()
+	l.ClientFields = 0
+	h.srv.SetLive(l)
+	if resp, _ := h.do(t, "POST", "/v1/completions", kv, nil); resp.StatusCode != 400 {
+		t.Fatalf("after the swap: %d", resp.StatusCode)
+	}
+	if runner.calls() != 1 {
+		t.Errorf("workflow ran %d times, want 1", runner.calls())
+	}
+}
