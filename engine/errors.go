@@ -56,8 +56,9 @@ type Error struct {
 	UpstreamMsg string
 	// Cause is for logs only; it is never shown to clients.
 	Cause error
-	// Param is the reply's "param": the JSON path of the offending field
-	// (KindDuplicateKey, KindReservedField), "" for null.
+	// Param is the error body's "param": the JSON path of the offending
+	// field (for example sampling_params.extra_args.kv_transfer_params),
+	// "" for null.
 	Param string
 }
 
