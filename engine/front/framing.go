@@ -1,29 +1,45 @@
 package front
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/celflow/celflow/engine"
 )
 
 // Ambiguous request framing (RFC 9112 6.3, 11.2: request smuggling).
 //
-// net/http refuses some ambiguous shapes itself (differing Content-Length
-// values: 400; a Transfer-Encoding other than one "chunked": 501; both with
-// Connection: close), but it serves a request carrying BOTH Content-Length
-// and Transfer-Encoding: chunked, deleting both headers before the handler
-// sees them (transfer.go fixLength), and it ignores Transfer-Encoding on
-// HTTP/1.0. A proxy in front that frames by the other header would see a
-// different request boundary: the classic smuggling shape, which Envoy
-// refuses with 400. The handler cannot see the raw headers, so each plain
-// connection is wrapped in framedConn, which watches the bytes net/http
-// reads: it follows request boundaries as net/http does (headers, then a
-// Content-Length body or chunks) and marks the ordinal of the first request
-// whose header block is ambiguous. That request's handler answers 400
-// invalid_framing and the connection closes (badFraming). Tracking stops
-// there: nothing after an ambiguous request is trusted or served.
+// net/http serves a request carrying BOTH Content-Length and
+// Transfer-Encoding: chunked, deleting both headers before the handler sees
+// them (transfer.go fixLength); it ignores Transfer-Encoding on HTTP/1.0 and
+// joins folded header lines. A proxy in front that frames by the other
+// header would see a different request boundary: the classic smuggling
+// shape, which Envoy refuses with 400. Other ambiguous shapes net/http
+// refuses itself, but in plain text and with 501 for a Transfer-Encoding
+// other than one "chunked". The handler cannot see the raw headers, so each
+// plain connection is wrapped in framedConn, which watches the bytes
+// net/http reads: it follows request boundaries as net/http does (headers,
+// then a Content-Length body or chunks) and judges each header block.
+//   - A shape net/http would serve: the ordinal of that request is marked;
+//     its handler answers 400 invalid_framing and the connection closes
+//     (badFraming), so the refusal is logged and counted like any reply.
+//   - A shape net/http would refuse itself (differing Content-Length
+//     values, an invalid one, a Transfer-Encoding other than exactly one
+//     "chunked" on HTTP/1.1): net/http never sees the block; framedConn
+//     writes the same JSON 400 itself, drains and closes.
+// Tracking stops there: nothing after an ambiguous request is trusted or
+// served.
 //
 // TLS connections are not wrapped (net/http must see the *tls.Conn itself);
 // behind TLS only net/http's own checks apply.
@@ -32,6 +48,7 @@ import (
 type framedListener struct {
 	net.Listener
 	maxLine int // a header line longer than this stops tracking (net/http answers 431)
+	log     *logrus.Logger
 }
 
 func (l framedListener) Accept() (net.Conn, error) {
@@ -42,7 +59,7 @@ func (l framedListener) Accept() (net.Conn, error) {
 	if _, ok := c.(*tls.Conn); ok {
 		return c, nil
 	}
-	return &framedConn{Conn: c, t: framing{maxLine: l.maxLine}}, nil
+	return &framedConn{Conn: c, t: framing{maxLine: l.maxLine}, log: l.log}, nil
 }
 
 type connKey struct{}
@@ -58,19 +75,71 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 // framedConn is a net.Conn whose reads feed a framing tracker.
 type framedConn struct {
 	net.Conn
+	log    *logrus.Logger
 	mu     sync.Mutex
 	t      framing
-	served int // handlers started on this connection
+	served int  // handlers started on this connection
+	closed bool // refused here: every later read fails
 }
 
+// errRefused ends net/http's reads after framedConn refused a request. It
+// is a read *net.OpError, which net/http treats as a vanished client: it
+// closes the connection without writing a reply of its own.
+var errRefused = &net.OpError{Op: "read", Net: "tcp", Err: errors.New("ambiguous request framing refused")}
+
 func (c *framedConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return 0, errRefused
+	}
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.mu.Lock()
 		c.t.feed(p[:n])
+		why, id := c.t.reject, string(c.t.reqID)
+		c.closed = why != ""
 		c.mu.Unlock()
+		if why != "" {
+			// A one-byte read is net/http's background read while a handler
+			// may still be writing its reply: no second writer then; the
+			// connection just closes.
+			if len(p) > 1 {
+				c.refuse(why, id)
+			}
+			return 0, errRefused
+		}
 	}
 	return n, err
+}
+
+// refuse writes the 400 invalid_framing reply net/http would not have
+// written as JSON, then half-closes and drains (limits.go) before net/http
+// closes the connection.
+func (c *framedConn) refuse(why, rawID string) {
+	id, _ := requestID(http.Header{"X-Request-Id": {rawID}})
+	if rawID == "" {
+		id, _ = requestID(http.Header{})
+	}
+	e := engine.Errorf(engine.KindBadFraming, "ambiguous request framing: %s", why)
+	rec := recorder{h: http.Header{}}
+	engine.WriteError(&rec, e, id)
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", rec.status, http.StatusText(rec.status))
+	rec.h.Set("Content-Length", strconv.Itoa(len(rec.body)))
+	_ = rec.h.Write(&b)
+	b.WriteString("\r\n")
+	b.Write(rec.body)
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(drainTime))
+	_, _ = c.Conn.Write(b.Bytes())
+	_ = c.CloseWrite()
+	_ = c.Conn.SetReadDeadline(time.Now().Add(drainTime))
+	_, _ = io.CopyN(io.Discard, c.Conn, drainBytes)
+	if c.log != nil {
+		c.log.WithFields(logrus.Fields{"request_id": id, "status": rec.status, "code": e.Code(), "remote": c.RemoteAddr().String()}).
+			Warn("request refused before parsing: " + e.Msg)
+	}
 }
 
 // CloseWrite half-closes a TCP connection (the linger after a refusal).
@@ -133,9 +202,12 @@ type framing struct {
 	teCount int
 	folded  bool
 
+	reqID   []byte // the block's x-request-id (cut at MaxRequestIDLen+1)
+
 	blocks int    // header blocks completed
-	bad    string // why request badAt is ambiguous
+	bad    string // why request badAt is ambiguous (net/http would serve it)
 	badAt  int    // its ordinal (1-based)
+	reject string // why the last block is ambiguous in a way net/http refuses itself
 }
 
 func (f *framing) feed(p []byte) {
@@ -241,37 +313,50 @@ func (f *framing) headerLine(line []byte) {
 		case equalFold(name, "transfer-encoding"):
 			f.te = append(f.te[:0], trimOWS(val)...)
 			f.teCount++
+		case equalFold(name, "x-request-id") && len(f.reqID) == 0:
+			v := trimOWS(val)
+			f.reqID = append(f.reqID[:0], v[:min(len(v), MaxRequestIDLen+1)]...)
 		}
 		return
 	}
 	f.endBlock()
 }
 
-// endBlock decides a finished header block's framing and the next state.
+// endBlock decides a finished header block's framing and the next state,
+// following net/http's order (transfer.go): Transfer-Encoding first (only on
+// HTTP/1.1), then the Content-Length values.
 func (f *framing) endBlock() {
 	f.blocks++
-	bad := ""
+	var bad, reject string
 	var n int64
+	clOK := true
+	if f.clCount > 0 {
+		var err error
+		n, err = strconv.ParseInt(string(f.cl), 10, 64)
+		clOK = err == nil && n >= 0 && f.cl[0] != '+'
+	}
 	switch {
 	case f.folded:
+		// net/http joins folded lines: what it reads as the framing
+		// headers is not what a proxy may read.
 		bad = "a header line is folded (obs-fold)"
-	case f.teCount > 0 && f.clCount > 0:
-		bad = "both Content-Length and Transfer-Encoding are present"
+	case !f.http10 && (f.teCount > 1 || f.teCount == 1 && !equalFold(f.te, "chunked")):
+		reject = "Transfer-Encoding other than exactly chunked"
+	case f.clDiff:
+		reject = "Content-Length values differ"
+	case !clOK:
+		reject = "Content-Length is not a number"
 	case f.teCount > 0 && f.http10:
 		bad = "Transfer-Encoding on an HTTP/1.0 request"
-	case f.teCount > 1 || f.teCount == 1 && !equalFold(f.te, "chunked"):
-		bad = "Transfer-Encoding other than exactly chunked"
-	case f.clDiff:
-		bad = "Content-Length values differ"
-	case f.clCount > 0:
-		var err error
-		if n, err = strconv.ParseInt(string(f.cl), 10, 64); err != nil || n < 0 || f.cl[0] == '+' {
-			bad = "Content-Length is not a number"
-		}
+	case f.teCount > 0 && f.clCount > 0:
+		bad = "both Content-Length and Transfer-Encoding are present"
 	}
 	te := f.teCount
-	f.lines, f.http10, f.cl, f.clCount, f.clDiff, f.te, f.teCount, f.folded = 0, false, f.cl[:0], 0, false, f.te[:0], 0, false
+	f.lines, f.http10, f.cl, f.clCount, f.clDiff, f.te, f.teCount, f.folded, f.reqID =
+		0, false, f.cl[:0], 0, false, f.te[:0], 0, false, f.reqID[:0]
 	switch {
+	case reject != "":
+		f.reject, f.state = reject, fsDead
 	case bad != "":
 		f.bad, f.badAt, f.state = bad, f.blocks, fsDead
 	case te > 0:

@@ -119,7 +119,7 @@ func (s *Server) Run(ctx context.Context) int {
 	}
 	served := make(chan error, 1)
 	// Plain connections are watched for ambiguous framing (framing.go).
-	framed := framedListener{Listener: ln, maxLine: srv.MaxHeaderBytes + 4096}
+	framed := framedListener{Listener: ln, maxLine: srv.MaxHeaderBytes + 4096, log: s.log}
 	go func() { served <- srv.Serve(framed) }()
 	s.ready.Store(true)
 	s.log.WithField("listen", ln.Addr().String()).Info("celflow is serving")
