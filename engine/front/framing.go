@@ -202,7 +202,7 @@ type framing struct {
 	teCount int
 	folded  bool
 
-	reqID   []byte // the block's x-request-id (cut at MaxRequestIDLen+1)
+	reqID []byte // the block's x-request-id (cut at MaxRequestIDLen+1)
 
 	blocks int    // header blocks completed
 	bad    string // why request badAt is ambiguous (net/http would serve it)
