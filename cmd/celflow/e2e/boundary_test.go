@@ -3,10 +3,13 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -249,4 +252,96 @@ func postRaw(t *testing.T, url, id string, body []byte, hdr http.Header) (int, [
 	defer resp.Body.Close()
 	out, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return resp.StatusCode, out
+}
+
+// The front's limits against the real binary, over raw sockets: the
+// smuggling shape, 9,000 headers, and an over-cap body sent by a client that
+// writes it all before reading (ISSUE 10: "Front limits below what a proxy
+// enforces"). Before the fix the first two were served and the 413 was lost
+// to a reset about half the time.
+func TestFrontLimits(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, stackOpts{server: map[string]string{"max_request_body_size": "1"}})
+	addr := strings.TrimPrefix(st.url, "http://")
+	head := "POST /v1/chat/completions HTTP/1.1\r\nHost: celflow\r\nX-Request-Id: %s\r\n"
+	body := `{"model":"` + model + `","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`
+
+	t.Run("CL and TE", func(t *testing.T) {
+		id := "e2e-front-cl-te"
+		smuggled := "POST /v1/completions HTTP/1.1\r\nHost: celflow\r\nX-Request-Id: e2e-front-smuggled\r\nContent-Length: 2\r\n\r\n{}"
+		req := fmt.Sprintf(head, id) + fmt.Sprintf("Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(body), body) + smuggled
+		status, hdr, closed := rawExchange(t, addr, req)
+		if status != 400 || hdr.Get("X-Request-Id") != id || !closed {
+			t.Errorf("status %d id %q closed %v", status, hdr.Get("X-Request-Id"), closed)
+		}
+		for _, rid := range []string{id, "e2e-front-smuggled"} {
+			if legs := st.legs(rid); len(legs) != 0 {
+				t.Errorf("%s reached workers:\n%s", rid, describe(legs))
+			}
+		}
+	})
+	t.Run("9000 headers", func(t *testing.T) {
+		var b strings.Builder
+		for i := range 9000 {
+			fmt.Fprintf(&b, "X-H%d: v\r\n", i)
+		}
+		id := "e2e-front-headers"
+		req := fmt.Sprintf(head, id) + b.String() + fmt.Sprintf("Content-Length: %d\r\n\r\n%s", len(body), body)
+		status, hdr, closed := rawExchange(t, addr, req)
+		if status != 431 || hdr.Get("X-Request-Id") != id || !closed {
+			t.Errorf("status %d id %q closed %v", status, hdr.Get("X-Request-Id"), closed)
+		}
+		if legs := st.legs(id); len(legs) != 0 {
+			t.Errorf("legs:\n%s", describe(legs))
+		}
+	})
+	t.Run("413 with Connection: close, send then read", func(t *testing.T) {
+		big := strings.Repeat("a", 6<<20)
+		for i := range 10 {
+			id := fmt.Sprintf("e2e-front-413-%d", i)
+			req := fmt.Sprintf(head, id) + fmt.Sprintf("Content-Length: %d\r\nConnection: close\r\n\r\n", len(big)) + big
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+			if _, err := c.Write([]byte(req)); err != nil {
+				c.Close()
+				t.Fatalf("round %d: the write failed (reset before the reply): %v", i, err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				c.Close()
+				t.Fatalf("round %d: no reply: %v", i, err)
+			}
+			resp.Body.Close()
+			c.Close()
+			if resp.StatusCode != 413 || resp.Header.Get("X-Request-Id") != id {
+				t.Fatalf("round %d: %d", i, resp.StatusCode)
+			}
+		}
+	})
+}
+
+// rawExchange writes req on a fresh connection (concurrently with reading)
+// and returns the reply's status and headers, and whether the server then
+// closed the connection.
+func rawExchange(t *testing.T, addr, req string) (int, http.Header, bool) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	go func() { _, _ = c.Write([]byte(req)) }()
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no reply: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	_, err = br.ReadByte()
+	return resp.StatusCode, resp.Header, err != nil
 }
