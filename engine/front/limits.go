@@ -85,6 +85,13 @@ func (s *Server) admit(x *exchange, r *http.Request) bool {
 		s.refuse(x, r, engine.Errorf(engine.KindBadFraming, "ambiguous request framing: %s", why), drainBytes)
 		return false
 	}
+	if r.TLS != nil && r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
+		// Under TLS the framing is not tracked (framing.go): a chunked
+		// request ends its connection, so that bytes a proxy in front
+		// framed differently (Content-Length) are never read as a next
+		// request.
+		x.Header().Set("Connection", "close")
+	}
 	if e := s.limits.checkHeaders(r); e != nil {
 		x.route = routeOf(r.URL.Path)
 		s.refuse(x, r, e, s.cur.Load().maxBody)

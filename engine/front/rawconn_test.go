@@ -2,6 +2,7 @@ package front
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/celflow/celflow/engine/tlsfiles"
 )
 
 // rawReply is one response read off a raw connection.
@@ -319,4 +322,31 @@ func TestReadTimeoutsRaw(t *testing.T) {
 			t.Errorf("code %q", code)
 		}
 	})
+}
+
+// Under TLS the framing is not tracked, but the smuggling shape still
+// cannot reach a second request: a chunked HTTP/1.1 request ends its
+// connection, so the bytes after its chunked body are never parsed.
+func TestFramingTLSChunkedCloses(t *testing.T) {
+	runner := &fakeRunner{}
+	st := newTLSSetup(t, tlsfiles.ServerConfig{})
+	h := startTLS(t, runner, st)
+	c, err := tls.Dial("tcp", h.addr, &tls.Config{RootCAs: st.ca.Pool(), NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	smuggled := "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+	req := postHead("HTTP/1.1", "Content-Length: 70\r\nTransfer-Encoding: chunked\r\n\r\n") + "2\r\n{}\r\n0\r\n\r\n" + smuggled
+	if _, err := c.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	r := readRaw(t, bufio.NewReader(c), true)
+	if r.status != 200 || !r.closed {
+		t.Fatalf("status %d closed %v", r.status, r.closed)
+	}
+	if n := runner.calls(); n != 1 {
+		t.Errorf("workflow ran %d times, want 1 (the smuggled request must not run)", n)
+	}
 }
