@@ -41,8 +41,9 @@ import (
 // Tracking stops there: nothing after an ambiguous request is trusted or
 // served.
 //
-// TLS connections are not wrapped (net/http must see the *tls.Conn itself);
-// behind TLS only net/http's own checks apply.
+// TLS connections are not wrapped (net/http must see the *tls.Conn itself,
+// for ALPN and Request.TLS): there net/http's own checks apply, and admit
+// (limits.go) closes the connection after every chunked HTTP/1.1 request.
 
 // framedListener wraps accepted plain connections in framedConn.
 type framedListener struct {
