@@ -100,9 +100,9 @@ func (k *checker) errorShape(id string) {
 		json.Unmarshal(e["code"], &code) != nil {
 		k.bad("error reply: message, type and code must be strings")
 	}
-	// param is null, or for an upstream 4xx the upstream's string param.
+	// param is null, or a string: an upstream 4xx's param, or the JSON path of a duplicate or reserved field.
 	var param string
-	if string(e["param"]) != "null" && (code != "upstream_rejected" || json.Unmarshal(e["param"], &param) != nil) {
+	if string(e["param"]) != "null" && ((code != "upstream_rejected" && code != "duplicate_key" && code != "reserved_field") || json.Unmarshal(e["param"], &param) != nil) {
 		k.bad("error reply: param is %s, want null (or a string for upstream_rejected)", e["param"])
 	}
 	// An upstream 503 always carries Retry-After, in delta-seconds.

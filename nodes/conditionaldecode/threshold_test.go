@@ -1,6 +1,7 @@
 package conditionaldecode
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -95,7 +96,7 @@ func TestWorkerModeVerdicts(t *testing.T) {
 			c := w.Calls()[0]
 			var sent map[string]any
 			if err := json.Unmarshal(c.Body, &sent); err != nil || sent["cache_hit_threshold"] != 0.75 ||
-				c.Header.Get("Prefer") != "if-available" || c.Header.Get("Accept-Encoding") == "br" {
+				c.Header.Get("Prefer") != "if-available" || c.Header.Get("Accept-Encoding") != "identity" {
 				t.Fatalf("leg %s %v", c.Body, c.Header)
 			}
 			if tc.miss {
@@ -169,4 +170,31 @@ func FuzzProbeStream(f *testing.F) {
 			t.Fatalf("head %q of %q: %v", head, b, err)
 		}
 	})
+}
+
+// The cost worker mode adds to a hit before relaying it (issue 12).
+func BenchmarkJudge(b *testing.B) {
+	hitJSON := `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+		strings.Repeat("word ", 200) + `"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":200}}`
+	sse := roleEvent + tokenEvent + tokenEvent + done
+	for _, bc := range []struct {
+		name, body string
+		stream     bool
+	}{{"json-1KiB-hit", hitJSON, false}, {"json-miss", chatMissJSON, false}, {"sse-hit", sse, true}, {"sse-miss", missEvent + done, true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			n := &ConditionalDecode{}
+			ct := "application/json"
+			if bc.stream {
+				ct = "text/event-stream"
+			}
+			b.ReportAllocs()
+			for range b.N {
+				resp := &http.Response{Header: http.Header{"Content-Type": {ct}}, ContentLength: -1,
+					Body: io.NopCloser(strings.NewReader(bc.body))}
+				if _, e := n.judge(context.Background(), resp); e != nil {
+					b.Fatal(e)
+				}
+			}
+		})
+	}
 }
