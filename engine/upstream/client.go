@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,6 +20,27 @@ type client struct {
 	pools       [numRoles]*pool // direct mode; nil entry = no endpoints
 	rt          *http.Transport
 	bases       *baseCache // parsed base URLs, so a leg does not parse its URL
+	// gwInflight counts gateway-mode legs per role between Pick and Done.
+	gwInflight [numRoles]atomic.Int64
+}
+
+// inFlight sums a role's legs in flight: its endpoints' counts in direct
+// mode, the gateway's per-role count otherwise.
+func (c *client) inFlight(r Role) int64 {
+	i := roleIndex(r)
+	if i < 0 {
+		return 0
+	}
+	if !c.direct {
+		return c.gwInflight[i].Load()
+	}
+	var n int64
+	if p := c.pools[i]; p != nil {
+		for _, e := range p.eps {
+			n += e.inflight.Load()
+		}
+	}
+	return n
 }
 
 const numRoles = 3

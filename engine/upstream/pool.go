@@ -65,7 +65,9 @@ func (c *client) pick(r Role, exclude []string) (*Target, error) {
 		return nil, fmt.Errorf("%w %q", ErrNoEndpoint, r)
 	}
 	if !c.direct {
-		return &Target{Base: c.gateway, Host: c.gatewayHost}, nil
+		n := &c.gwInflight[i]
+		n.Add(1)
+		return &Target{Base: c.gateway, Host: c.gatewayHost, done: func(bool) { n.Add(-1) }}, nil
 	}
 	p := c.pools[i]
 	if p == nil {
