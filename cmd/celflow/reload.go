@@ -106,6 +106,7 @@ type reloader struct {
 	srv       *front.Server
 	boot      *config.Config // what the process started with (restart-only keys)
 	cur       *generation    // what serves now
+	onSwap    func(*generation) // called after a successful swap (async gate's upstream view)
 }
 
 // loop reloads on every signal until ctx is done.
@@ -162,6 +163,9 @@ func (r *reloader) reload() bool {
 	r.srv.SetLive(g.live())
 	old := r.cur
 	r.cur = g
+	if r.onSwap != nil {
+		r.onSwap(g)
+	}
 	if old.up != g.up {
 		// Legs in flight keep their connections; the pool's idle ones go
 		// now rather than at idle_timeout.

@@ -18,11 +18,11 @@ type events struct {
 	rdb  redis.UniversalClient
 	name string
 
-	mu      sync.Mutex
-	started bool
-	ps      *redis.PubSub
-	cancel  context.CancelFunc
-	waiters map[string]map[chan struct{}]struct{}
+	mu       sync.Mutex
+	started  bool
+	ps       *redis.PubSub
+	cancel   context.CancelFunc
+	waiters  map[string]map[chan struct{}]struct{}
 	onCancel func(string)
 }
 
