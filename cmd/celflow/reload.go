@@ -104,8 +104,8 @@ type reloader struct {
 	log       *logrus.Logger
 	m         *metrics.Metrics
 	srv       *front.Server
-	boot      *config.Config // what the process started with (restart-only keys)
-	cur       *generation    // what serves now
+	boot      *config.Config    // what the process started with (restart-only keys)
+	cur       *generation       // what serves now
 	onSwap    func(*generation) // called after a successful swap (async gate's upstream view)
 }
 
