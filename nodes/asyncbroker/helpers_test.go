@@ -230,3 +230,9 @@ func eventually(t *testing.T, msg string, cond func() bool) {
 }
 
 const chatBody = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+
+func (w *worker) setHold(ch chan struct{}) {
+	w.mu.Lock()
+	w.hold = ch
+	w.mu.Unlock()
+}
