@@ -36,7 +36,7 @@ nodes:
       routes: [{model: batchy, queue: default, tier: batch}]
   - id: decode
     type: decode
-    needs: [{node: async, if: nodes.async.outputs.pass}]
+    needs: [{node: async, if: outcome.status == "succeeded"}]
 `
 
 // worker is an httptest decode worker. Each leg records its headers; a

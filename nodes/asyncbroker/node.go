@@ -61,15 +61,12 @@ func build(_ *engine.BuildContext, params json.RawMessage) (engine.Node, error) 
 // on, so its successors need an edge condition (see the README).
 func (n *Node) Contract() engine.Contract { return engine.Contract{Responds: true} }
 
-// The node's one output, pass: true when the request goes on through the
-// workflow (no mode header, passthrough, or a dispatched request), false
-// when the node refused it. Successors take the edge
-// `if: nodes.<id>.outputs.pass`. The maps are shared and read-only.
-var (
-	passOutputs   = map[string]any{"pass": true}
-	refuseOutputs = map[string]any{"pass": false}
-	pass          = engine.Result{Outputs: passOutputs}
-)
+// pass is the result of a request that goes on through the workflow (no
+// mode header, passthrough, dispatched): the node succeeded without
+// answering. Its successor takes the edge `if: outcome.status ==
+// "succeeded"`, false when the node refused the request (a failure the
+// front answers) and never reached when it answered.
+var pass = engine.Result{}
 
 // Run decides the mode. The no-header path allocates nothing.
 func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
@@ -117,6 +114,6 @@ const (
 	modeWait
 )
 
-func fail(e *engine.Error) engine.Result { return engine.Result{Err: e, Outputs: refuseOutputs} }
+func fail(e *engine.Error) engine.Result { return engine.Result{Err: e} }
 
 var _ engine.Node = (*Node)(nil)
