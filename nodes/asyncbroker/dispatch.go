@@ -168,6 +168,11 @@ func (d *Dispatcher) start(dl *async.Delivery) {
 // meanwhile, and stores its result (fenced).
 func (d *Dispatcher) execute(ctx context.Context, dl *async.Delivery, j *job) {
 	stopRenew := d.renew(ctx, dl, j)
+	// The gate is checked again at dispatch: online load may have arrived
+	// while the claim was in flight. The claim is renewed meanwhile.
+	for d.gate.spare(time.Now()) == 0 && ctx.Err() == nil {
+		sleep(ctx, 20*time.Millisecond)
+	}
 	rec := d.serve(ctx, dl)
 	stopRenew()
 	d.mu.Lock()
