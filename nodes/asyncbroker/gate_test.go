@@ -1,7 +1,6 @@
 package asyncbroker_test
 
 import (
-	"strings"
 	"sync"
 	"testing"
 	"time"
