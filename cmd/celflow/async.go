@@ -35,18 +35,24 @@ func newAsync(a config.Async, reg prometheus.Registerer, log *logrus.Logger) (*a
 		asyncbroker.Install(nil)
 		return nil, nil
 	}
-	if a.Backend != "builtin" {
-		return nil, fmt.Errorf("async.backend %q is not implemented yet (use builtin)", a.Backend)
-	}
 	opt, err := redis.ParseURL(a.RedisURL)
 	if err != nil {
 		return nil, fmt.Errorf("async.redis_url: %v", err)
 	}
 	rdb := redis.NewClient(opt)
-	b := async.NewBuiltin(rdb, async.BuiltinConfig{Prefix: a.KeyPrefix, Queues: a.Queues, Lanes: a.Tiers,
-		ResultTTL: a.ResultTTL, Grace: a.FetchGrace, MaxDeliveries: a.MaxDeliveries, Lease: a.Lease,
-		TenantBacklog: a.TenantBacklog, QueueBacklog: a.QueueBacklog})
-	rt := asyncbroker.NewRuntime(b, asyncbroker.Settings{Queues: a.Queues, Tiers: a.Tiers,
+	var backend async.Backend
+	var b *async.Builtin
+	switch a.Backend {
+	case "llm-d-async":
+		// An llm-d-async processor drains the queues; no dispatcher here.
+		backend = async.NewLLMD(rdb, async.LLMDConfig{Grace: a.FetchGrace, DB: opt.DB})
+	default:
+		b = async.NewBuiltin(rdb, async.BuiltinConfig{Prefix: a.KeyPrefix, Queues: a.Queues, Lanes: a.Tiers,
+			ResultTTL: a.ResultTTL, Grace: a.FetchGrace, MaxDeliveries: a.MaxDeliveries, Lease: a.Lease,
+			TenantBacklog: a.TenantBacklog, QueueBacklog: a.QueueBacklog})
+		backend = b
+	}
+	rt := asyncbroker.NewRuntime(backend, asyncbroker.Settings{Queues: a.Queues, Tiers: a.Tiers,
 		WaitDefault: a.WaitTimeout, WaitMax: a.WaitMax, EnqueueDefault: a.EnqueueTimeout, WaitCap: a.WaitCap,
 		PollInterval: a.PollInterval, MaxInlineBytes: a.MaxInlineBytes}, asyncbroker.NewMetrics(reg), log)
 	asyncbroker.Install(rt)
@@ -75,7 +81,7 @@ func (s *asyncSetup) InFlight(role string) int64 {
 // dispatch runs the dispatcher until ctx ends (builtin, when enabled),
 // creating the consumer groups first (retried while Redis is away).
 func (s *asyncSetup) dispatch(ctx context.Context, srv *front.Server, drain time.Duration, log *logrus.Logger) {
-	if s == nil || !s.cfg.Dispatcher {
+	if s == nil || s.builtin == nil || !s.cfg.Dispatcher {
 		return
 	}
 	for {
@@ -99,6 +105,6 @@ func (s *asyncSetup) close() {
 	if s == nil {
 		return
 	}
-	_ = s.builtin.Close()
+	_ = s.rt.Backend.Close()
 	_ = s.rdb.Close()
 }
