@@ -92,7 +92,7 @@ func (w *worker) lastLeg() http.Header {
 // stack is Redis, a worker, celflow's front with the workflow and the
 // async routes, and (optionally) a dispatcher.
 type stack struct {
-	t       *testing.T
+	t       testing.TB
 	url     string
 	w       *worker
 	b       *async.Builtin
@@ -111,7 +111,7 @@ type stackOpts struct {
 	budget     int
 }
 
-func newStack(t *testing.T, o stackOpts) *stack {
+func newStack(t testing.TB, o stackOpts) *stack {
 	t.Helper()
 	rs := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
