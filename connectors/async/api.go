@@ -131,3 +131,10 @@ func validName(s string) bool {
 	}
 	return true
 }
+
+// QuotaCounter counts a tenant's requests in a fixed window, in the quota
+// counter key shared with llm-d-async's quota gate (<prefix><attribute>:
+// <tenant>): the count after this request.
+type QuotaCounter interface {
+	CountQuota(ctx context.Context, key string, window time.Duration) (int64, error)
+}

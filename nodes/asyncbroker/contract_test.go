@@ -1,6 +1,7 @@
 package asyncbroker_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 )
@@ -47,5 +48,16 @@ func TestModeTable(t *testing.T) {
 	h := s.w.lastLeg()
 	if h.Get("X-Llm-D-Inference-Objective") != "obj-async" || h.Get("X-Llm-D-Inference-Fairness-Id") != "team-a" {
 		t.Errorf("passthrough leg headers: objective %q fairness %q", h.Get("X-Llm-D-Inference-Objective"), h.Get("X-Llm-D-Inference-Fairness-Id"))
+	}
+	// Quota classes: team-q may send 1 per window as reserved, then overflow
+	// (the counter key is llm-d's quota:<attribute>:<tenant>).
+	for i, want := range []string{"obj-async", "obj-async-sheddable"} {
+		s.do("POST", "/v1/chat/completions", chatBody, "x-llm-d-async-mode", "passthrough", "x-llm-d-tenant", "team-q")
+		if got := s.w.lastLeg().Get("X-Llm-D-Inference-Objective"); got != want {
+			t.Errorf("quota request %d: objective %q, want %q", i+1, got, want)
+		}
+	}
+	if n := s.rdb.Get(context.Background(), "quota:userid:team-q").Val(); n != "2" {
+		t.Errorf("quota counter %q", n)
 	}
 }

@@ -34,6 +34,7 @@ nodes:
     params:
       objectives: {async: {reserved: obj-async, overflow: obj-async-sheddable}, batch: {reserved: obj-batch}}
       routes: [{model: batchy, queue: default, tier: batch}]
+      quota: {limits: {team-q: 1}, window_seconds: 60}
   - id: decode
     type: decode
     needs: [{node: async, if: outcome.status == "succeeded"}]

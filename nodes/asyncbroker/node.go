@@ -16,6 +16,9 @@ import (
 	_ "embed"
 	"encoding/json"
 	"strings"
+	"time"
+
+	"github.com/celflow/celflow/connectors/async"
 
 	"github.com/celflow/celflow/engine"
 )
@@ -76,7 +79,7 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 		if d, ok := ctx.Value(dispatchKey{}).(*dispatched); ok {
 			// A queued request the dispatcher feeds back: stamp celflow's
 			// own objective and fairness id on its legs.
-			x.Run.LegHeader = n.cfg.legHeader(d.tier, d.tenant)
+			x.Run.LegHeader = n.cfg.legHeader(d.tier, d.tenant, n.overflow(ctx, d.tenant))
 		}
 		return pass
 	}
@@ -100,7 +103,7 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 	}
 	if m == modePassthrough {
 		_, tier := n.cfg.pick(x.Run.Req.Model, tenant)
-		x.Run.LegHeader = n.cfg.legHeader(tier, tenant)
+		x.Run.LegHeader = n.cfg.legHeader(tier, tenant, n.overflow(ctx, tenant))
 		return pass
 	}
 	return n.queue(ctx, x, m, tenant)
@@ -113,6 +116,28 @@ const (
 	modeEnqueue
 	modeWait
 )
+
+// overflow classifies the tenant against its quota: over its limit in the
+// window is overflow. No quota, no limit for the tenant, no Redis counter,
+// or a Redis error (fail open) is reserved.
+func (n *Node) overflow(ctx context.Context, tenant string) bool {
+	q := n.cfg.quota
+	if q == nil || n.rt == nil {
+		return false
+	}
+	limit, ok := q.Limits[tenant]
+	if !ok {
+		if limit, ok = q.Limits["*"]; !ok {
+			return false
+		}
+	}
+	qc, ok := n.rt.Backend.(async.QuotaCounter)
+	if !ok {
+		return false
+	}
+	cnt, err := qc.CountQuota(ctx, q.Prefix+q.Attribute+":"+tenant, time.Duration(q.WindowSeconds)*time.Second)
+	return err == nil && cnt > limit
+}
 
 func fail(e *engine.Error) engine.Result { return engine.Result{Err: e} }
 

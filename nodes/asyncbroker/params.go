@@ -23,7 +23,15 @@ type objective struct {
 	Overflow string `json:"overflow"`
 }
 
+type quota struct {
+	Prefix        string           `json:"prefix"`
+	Attribute     string           `json:"attribute"`
+	Limits        map[string]int64 `json:"limits"`
+	WindowSeconds int64            `json:"window_seconds"`
+}
+
 type params struct {
+	Quota             *quota               `json:"quota"`
 	ModeHeader        string               `json:"mode_header"`
 	ModeHeaderAlias   string               `json:"mode_header_alias"`
 	TenantHeader      string               `json:"tenant_header"`
@@ -50,6 +58,7 @@ type config struct {
 	routes              []route
 	objectives          map[string]objective
 	forward             []string
+	quota               *quota // nil: every request is reserved
 }
 
 func canon(s, def string) string {
@@ -75,6 +84,18 @@ func parseParams(raw json.RawMessage, queues, tiers []string) (*config, error) {
 		fairness:  canon(p.FairnessHeader, "x-llm-d-inference-fairness-id"),
 		routes:    p.Routes, objectives: p.Objectives,
 		defaultQueue: p.DefaultQueue, defaultTier: p.DefaultTier,
+	}
+	if q := p.Quota; q != nil && len(q.Limits) > 0 {
+		if q.Prefix == "" {
+			q.Prefix = "quota:"
+		}
+		if q.Attribute == "" {
+			q.Attribute = "userid"
+		}
+		if q.WindowSeconds <= 0 {
+			q.WindowSeconds = 300
+		}
+		c.quota = q
 	}
 	if c.defaultQueue == "" {
 		c.defaultQueue = "default"
@@ -135,11 +156,19 @@ func (c *config) pick(model, tenant string) (queue, tier string) {
 }
 
 // legHeader is what celflow stamps on every leg of a request of tier for
-// tenant: the tier's reserved objective (when named) and the fairness id.
-func (c *config) legHeader(tier, tenant string) http.Header {
+// tenant: the tier's objective for the quota class (reserved, or overflow
+// when the tenant is over its quota and the tier names one) and the
+// fairness id.
+func (c *config) legHeader(tier, tenant string, overflow bool) http.Header {
 	h := make(http.Header, 2)
-	if o, ok := c.objectives[tier]; ok && o.Reserved != "" {
-		h[c.objective] = []string{o.Reserved}
+	if o, ok := c.objectives[tier]; ok {
+		name := o.Reserved
+		if overflow && o.Overflow != "" {
+			name = o.Overflow
+		}
+		if name != "" {
+			h[c.objective] = []string{name}
+		}
 	}
 	h[c.fairness] = []string{tenant}
 	return h
