@@ -93,6 +93,8 @@ var restartKeys = []struct {
 	{"telemetry.tracing.enabled", func(c *config.Config) string { return fmt.Sprint(c.Telemetry.Tracing.Enabled) }},
 	{"telemetry.tracing.protocol", func(c *config.Config) string { return c.Telemetry.Tracing.Protocol }},
 	{"telemetry.tracing.endpoint", func(c *config.Config) string { return c.Telemetry.Tracing.Endpoint }},
+	// The async machinery is built once at start-up (docs/configuration.md#async).
+	{"async", func(c *config.Config) string { return fmt.Sprintf("%+v", c.Async) }},
 }
 
 // reloader applies SIGHUP: one reload at a time, from one goroutine.

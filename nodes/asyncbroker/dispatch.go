@@ -52,6 +52,7 @@ type job struct {
 	cancel    context.CancelFunc
 	cancelled bool // a cancel was asked for (not the deadline, not a lost claim)
 	lost      bool
+	shutdown  bool // cut by the end of the drain: left for redelivery
 }
 
 // NewDispatcher builds a dispatcher over the runtime's builtin back end.
@@ -113,6 +114,7 @@ func (d *Dispatcher) Run(ctx context.Context, drain time.Duration) {
 	case <-t.C:
 		d.mu.Lock()
 		for _, j := range d.running {
+			j.shutdown = true
 			j.cancel()
 		}
 		d.mu.Unlock()
@@ -176,12 +178,14 @@ func (d *Dispatcher) execute(ctx context.Context, dl *async.Delivery, j *job) {
 	rec := d.serve(ctx, dl)
 	stopRenew()
 	d.mu.Lock()
-	cancelled, lost := j.cancelled, j.lost
+	cancelled, lost, shutdown := j.cancelled, j.lost, j.shutdown
 	d.mu.Unlock()
 	var res async.Result
 	switch {
 	case lost:
 		return // another claimer has it: nothing of ours may land
+	case shutdown:
+		return // not finished here: another replica redelivers it after the lease
 	case cancelled:
 		res = async.Result{Code: async.CodeCancelled, Message: "cancelled while running"}
 	case ctx.Err() != nil:
