@@ -81,11 +81,14 @@ func WriteError(w http.ResponseWriter, e *Error, requestID string) {
 	b.Error.Message = e.ClientMessage(requestID)
 	b.Error.Type = e.Type()
 	b.Error.Code = e.Code()
+	if e.Param != "" {
+		b.Error.Param = &e.Param
+	}
 	out, _ := json.Marshal(&b)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Request-Id", requestID)
-	if e.Kind == KindShuttingDown {
+	if e.Kind == KindShuttingDown || e.Kind == KindHeadersTooLarge || e.Kind == KindBadFraming {
 		h.Set("Connection", "close")
 	}
 	w.WriteHeader(e.HTTPStatus())

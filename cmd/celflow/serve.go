@@ -120,6 +120,8 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		DrainDelay:        lv.DrainDelay,
 		ShutdownTimeout:   lv.ShutdownTimeout,
 		Routes:            as.routes(),
+		ClientFields:      lv.ClientFields,
+		Limits:            front.Limits{MaxHeaderBytes: s.MaxHeaderBytes, MaxHeaderCount: s.MaxHeaderCount},
 	})
 	log.WithFields(g.fields()).Info("workflow loaded")
 

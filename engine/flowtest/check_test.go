@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"math/big"
 	"net/http"
+	"slices"
 	"strings"
+
+	"github.com/celflow/celflow/engine/upstream"
 )
 
 // hopByHop are the RFC 9110 hop-by-hop headers PROTOCOL 2.2 drops.
@@ -168,7 +171,7 @@ func (k *checker) leg(where string, l *leg, id string, client http.Header) {
 		}
 	}
 	for _, h := range dropped(client) {
-		if v := l.header.Values(h); len(v) > 0 && !setByCelflow(h, l.kind) {
+		if v := l.header.Values(h); len(v) > 0 && !setByCelflow(h, l.kind) && !stampedByBroker(h, v, client) {
 			k.bad("%s: header %s %q must be dropped (PROTOCOL 2.2)", where, h, v)
 		}
 	}
@@ -176,9 +179,11 @@ func (k *checker) leg(where string, l *leg, id string, client http.Header) {
 	k.traceparent(where, l, client)
 }
 
-// dropped lists what PROTOCOL 2.2 drops from the client's headers.
+// dropped lists what PROTOCOL 2.2 drops from the client's headers: the
+// hop-by-hop ones and every header naming a phase or an endpoint
+// (upstream.OwnedHeaders, docs/threat-model.md).
 func dropped(client http.Header) []string {
-	out := append([]string{"Epp-Profile", "Prefer"}, hopByHop...)
+	out := append(append([]string(nil), upstream.OwnedHeaders...), hopByHop...)
 	for _, v := range client.Values("Connection") {
 		for _, name := range strings.Split(v, ",") {
 			if name = http.CanonicalHeaderKey(strings.TrimSpace(name)); name != "" {
@@ -187,6 +192,17 @@ func dropped(client http.Header) []string {
 		}
 	}
 	return out
+}
+
+// stampedByBroker: the async-broker stamps celflow's own objective and
+// fairness id on every leg (ASYNC.md 2); such a value may appear as long as
+// it is not the client's.
+func stampedByBroker(h string, v []string, client http.Header) bool {
+	switch h {
+	case "X-Llm-D-Inference-Objective", "X-Llm-D-Inference-Fairness-Id":
+		return !slices.Equal(v, client.Values(h))
+	}
+	return false
 }
 
 // setByCelflow: celflow stamps its own EPP-Profile on worker legs and Prefer

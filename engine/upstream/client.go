@@ -3,6 +3,7 @@ package upstream
 import (
 	"net"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -19,7 +20,8 @@ type client struct {
 	render      string          // render service base URL without trailing slash
 	pools       [numRoles]*pool // direct mode; nil entry = no endpoints
 	rt          *http.Transport
-	bases       *baseCache // parsed base URLs, so a leg does not parse its URL
+	bases       *baseCache          // parsed base URLs, so a leg does not parse its URL
+	owned       map[string]struct{} // Config.OwnedHeaders, canonical; nil when none
 	// gwInflight counts gateway-mode legs per role between Pick and Done.
 	gwInflight [numRoles]atomic.Int64
 }
@@ -64,6 +66,12 @@ func newClient(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &client{cfg: cfg, rt: newTransport(cfg), render: strings.TrimRight(cfg.Render, "/")}
+	for _, name := range cfg.OwnedHeaders {
+		if c.owned == nil {
+			c.owned = map[string]struct{}{}
+		}
+		c.owned[textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(name))] = struct{}{}
+	}
 	switch cfg.Mode {
 	case modeGateway:
 		c.gateway = strings.TrimRight(cfg.Gateway, "/")
