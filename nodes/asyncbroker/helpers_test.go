@@ -101,6 +101,7 @@ type stack struct {
 	up      *upstream.Client
 	rt      *asyncbroker.Runtime
 	srv     *front.Server
+	redis   *redistest.Server
 	dispCtx context.CancelFunc
 	dispWG  sync.WaitGroup
 }
@@ -159,7 +160,7 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	done := make(chan struct{})
 	go func() { srv.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	s := &stack{t: t, url: "http://" + ln.Addr().String(), w: w, b: b, rdb: rdb, up: up, rt: rt, srv: srv}
+	s := &stack{t: t, url: "http://" + ln.Addr().String(), w: w, b: b, rdb: rdb, up: up, rt: rt, srv: srv, redis: rs}
 	if !o.noDispatch {
 		s.startDispatcher(o.budget)
 	}

@@ -233,3 +233,22 @@ func TestQueueFull(t *testing.T) {
 		t.Fatalf("another tenant: %d", r.status)
 	}
 }
+
+// Redis gone: submits and fetches are 503 ENQUEUE_FAILED; online requests
+// (no mode header) and passthrough are unaffected.
+func TestRedisDown(t *testing.T) {
+	s := newStack(t, stackOpts{noDispatch: true})
+	s.redis.Stop()
+	r := enqueue(s, "down1", chatBody)
+	if r.status != 503 || !strings.Contains(r.body, `"code":"ENQUEUE_FAILED"`) {
+		t.Fatalf("enqueue: %d %s", r.status, r.body)
+	}
+	if r := s.do("GET", "/v1/requests/down1", ""); r.status != 503 {
+		t.Fatalf("get: %d %s", r.status, r.body)
+	}
+	for _, h := range [][]string{nil, {"x-llm-d-async-mode", "passthrough"}} {
+		if r := s.do("POST", "/v1/chat/completions", chatBody, h...); r.status != 200 {
+			t.Fatalf("online %v: %d %s", h, r.status, r.body)
+		}
+	}
+}

@@ -45,7 +45,8 @@ func writeError(w http.ResponseWriter, status int, code, msg, id string) {
 	_, _ = w.Write(out)
 }
 
-// writePending is the 202 of a queued or running request.
+// writePending is the 202 of a queued or running request (and of an
+// enqueue that reattached to a finished one: status "done", fetch it).
 func writePending(w http.ResponseWriter, id string, st async.State, retry time.Duration) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -55,8 +56,12 @@ func writePending(w http.ResponseWriter, id string, st async.State, retry time.D
 	if st == "" {
 		st = async.StateQueued
 	}
+	status := "pending"
+	if st == async.StateDone {
+		status = "done"
+	}
 	w.WriteHeader(http.StatusAccepted)
-	_, _ = w.Write([]byte(`{"id":"` + id + `","status":"pending","state":"` + string(st) + `"}`))
+	_, _ = w.Write([]byte(`{"id":"` + id + `","status":"` + status + `","state":"` + string(st) + `"}`))
 }
 
 // codeStatus maps a stored terminal error to the GET status (ASYNC.md 2).
