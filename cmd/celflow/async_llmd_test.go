@@ -135,6 +135,9 @@ workflow:
 	if tok := rdb.Get(ctx, "request-cancel:default:llmd-3").Val(); tok == "" {
 		t.Fatal("no cancel key after DELETE")
 	}
+	if st, b := do("GET", "/metrics", ""); st != 200 || !strings.Contains(b, `celflow_async_submits_total{outcome="created"} 3`) {
+		t.Errorf("metrics %d:\n%.2000s", st, b)
+	}
 	cancel()
 	if code := <-exit; code != 0 {
 		t.Fatalf("serve exited %d", code)

@@ -252,3 +252,28 @@ func TestRedisDown(t *testing.T) {
 		}
 	}
 }
+
+// A poison request (its claimers keep dying before they finish) is
+// dead-lettered after max_deliveries, and GET shows the terminal record
+// (502 DEAD_LETTERED) instead of looping until its deadline.
+func TestPoisonDeadLettered(t *testing.T) {
+	s := newStack(t, stackOpts{noDispatch: true, builtin: async.BuiltinConfig{Lease: 40 * time.Millisecond, MaxDeliveries: 2}})
+	enqueue(s, "poison1", chatBody)
+	ctx := context.Background()
+	for i, consumer := range []string{"dies-1", "dies-2", "survivor"} {
+		eventually(t, "no delivery", func() bool {
+			ds, st, err := s.b.Claim(ctx, consumer, 1, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i < 2 {
+				return len(ds) == 1 // claimed, then abandoned (the replica "dies")
+			}
+			return st.DeadLettered == 1 && len(ds) == 0
+		})
+	}
+	r := s.do("GET", "/v1/requests/poison1", "")
+	if r.status != 502 || !strings.Contains(r.body, `"code":"DEAD_LETTERED"`) {
+		t.Fatalf("poison: %d %s", r.status, r.body)
+	}
+}
