@@ -110,12 +110,13 @@ type stackOpts struct {
 	settings   asyncbroker.Settings
 	builtin    async.BuiltinConfig
 	noDispatch bool
+	shareWith  *stack // use this stack's redis-server (another replica)
 	budget     int
 }
 
 func newStack(t testing.TB, o stackOpts) *stack {
 	t.Helper()
-	rs := redistest.Start(t)
+	rs := o.redisFor(t)
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	t.Cleanup(func() { rdb.Close() })
 	w := &worker{started: make(chan string, 1024), aborted: make(chan string, 1024)}
@@ -165,6 +166,13 @@ func newStack(t testing.TB, o stackOpts) *stack {
 		s.startDispatcher(o.budget)
 	}
 	return s
+}
+
+func (o stackOpts) redisFor(t testing.TB) *redistest.Server {
+	if o.shareWith != nil {
+		return o.shareWith.redis
+	}
+	return redistest.Start(t)
 }
 
 type upView struct{ up *upstream.Client }

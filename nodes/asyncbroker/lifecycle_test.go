@@ -277,3 +277,30 @@ func TestPoisonDeadLettered(t *testing.T) {
 		t.Fatalf("poison: %d %s", r.status, r.body)
 	}
 }
+
+// Cancel across replicas: replica A takes the DELETE, replica B runs the
+// request; the cancel reaches B through Redis (pub/sub, and the renew's
+// cancel flag as the fallback) and aborts its worker leg.
+func TestCancelAcrossReplicas(t *testing.T) {
+	a := newStack(t, stackOpts{noDispatch: true})
+	b := newStack(t, stackOpts{shareWith: a})
+	b.w.setHold(make(chan struct{}))
+	defer close(b.w.hold)
+	enqueue(a, "x1", chatBody)
+	select {
+	case <-b.w.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("replica B never ran it")
+	}
+	if r := a.do("DELETE", "/v1/requests/x1", ""); r.status != 204 {
+		t.Fatalf("DELETE on A: %d", r.status)
+	}
+	select {
+	case id := <-b.w.aborted:
+		if id != "x1" {
+			t.Fatalf("aborted %s", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("replica B's leg was not cancelled")
+	}
+}
