@@ -2,6 +2,7 @@ package async
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -184,5 +185,30 @@ func TestCancel(t *testing.T) {
 	}
 	if n := b.rdb.Get(ctx, b.tenantKey("t1")).Val(); n != "0" {
 		t.Fatalf("tenant backlog %s", n)
+	}
+}
+
+// Tiers are lanes served in priority order: an interactive request queued
+// after batch ones is claimed first.
+func TestLanePriority(t *testing.T) {
+	ctx := context.Background()
+	b := newBuiltin(t, BuiltinConfig{})
+	for _, c := range []struct{ id, lane string }{{"b1", "batch"}, {"a1", "async"}, {"i1", "interactive"}} {
+		j := job(c.id, `{}`)
+		j.Lane = c.lane
+		if _, err := b.Submit(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for i := 0; i < 3; i++ {
+		ds, _, err := b.Claim(ctx, "c", 1, 0)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("claim %d: %v %v", i, ds, err)
+		}
+		got = append(got, ds[0].ID)
+	}
+	if want := "i1 a1 b1"; strings.Join(got, " ") != want {
+		t.Fatalf("claim order %v, want %s", got, want)
 	}
 }
