@@ -24,6 +24,7 @@ type client struct {
 	owned       map[string]struct{} // Config.OwnedHeaders, canonical; nil when none
 	// gwInflight counts gateway-mode legs per role between Pick and Done.
 	gwInflight [numRoles]atomic.Int64
+	gwDone     [numRoles]func(failed bool)
 }
 
 // inFlight sums a role's legs in flight: its endpoints' counts in direct
@@ -66,6 +67,10 @@ func newClient(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &client{cfg: cfg, rt: newTransport(cfg), render: strings.TrimRight(cfg.Render, "/")}
+	for i := range c.gwDone {
+		n := &c.gwInflight[i]
+		c.gwDone[i] = func(bool) { n.Add(-1) } // built once: a gateway Pick allocates no closure
+	}
 	for _, name := range cfg.OwnedHeaders {
 		if c.owned == nil {
 			c.owned = map[string]struct{}{}
