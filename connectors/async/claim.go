@@ -79,12 +79,52 @@ func (b *Builtin) Claim(ctx context.Context, consumer string, n int, block time.
 		}
 	}
 	if len(out) == 0 && block > 0 {
-		// Block on the first queue's top lane only: cheap, and the next
-		// call scans everything again.
-		got, err := b.read(ctx, consumer, b.cfg.Queues[0], b.cfg.Lanes[0], 1, block, &st)
+		// Nothing anywhere: block on every stream at once for one entry;
+		// the next call scans in priority order again.
+		got, err := b.readAny(ctx, consumer, block, &st)
 		return got, st, err
 	}
 	return out, st, nil
+}
+
+// readAny blocks up to block for one new entry of any stream.
+func (b *Builtin) readAny(ctx context.Context, consumer string, block time.Duration, st *Claimed) ([]*Delivery, error) {
+	type lane struct{ q, l string }
+	var streams []string
+	where := map[string]lane{}
+	for _, l := range b.cfg.Lanes {
+		for _, q := range b.cfg.Queues {
+			s := b.Stream(q, l)
+			streams = append(streams, s)
+			where[s] = lane{q, l}
+		}
+	}
+	n := len(streams)
+	for i := 0; i < n; i++ {
+		streams = append(streams, ">")
+	}
+	res, err := b.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: b.cfg.Group, Consumer: consumer,
+		Streams: streams, Count: 1, Block: block}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []*Delivery
+	for _, str := range res {
+		w := where[str.Stream]
+		for _, m := range str.Messages {
+			d, err := b.claimOne(ctx, consumer, w.q, w.l, str.Stream, m, st)
+			if err != nil {
+				return out, err
+			}
+			if d != nil {
+				out = append(out, d)
+			}
+		}
+	}
+	return out, nil
 }
 
 func (b *Builtin) sweepDue() bool {
