@@ -212,3 +212,39 @@ func TestLanePriority(t *testing.T) {
 		t.Fatalf("claim order %v, want %s", got, want)
 	}
 }
+
+// Redis killed (SIGKILL) and restarted with AOF: queued requests, the
+// consumer group and stored results come back; the dispatcher goes on.
+func TestRedisRestartWithAOF(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Start(t, redistest.Options{AOF: true})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	b := NewBuiltin(rdb, BuiltinConfig{})
+	defer b.Close()
+	if err := b.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"k1", "k2"} {
+		if _, err := b.Submit(ctx, job(id, `{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds, _, _ := b.Claim(ctx, "c", 1, 0)
+	if len(ds) != 1 {
+		t.Fatal("no claim")
+	}
+	if ok, _ := b.Finish(ctx, ds[0], Result{Status: 200, Body: []byte(`{"r":1}`)}); !ok {
+		t.Fatal("finish")
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := b.Fetch(ctx, "t1", ds[0].ID); err != nil || r.Result.Status != 200 {
+		t.Fatalf("stored result after the restart: %+v %v", r, err)
+	}
+	ds2, _, err := b.Claim(ctx, "c", 1, 0)
+	if err != nil || len(ds2) != 1 || ds2[0].ID == ds[0].ID {
+		t.Fatalf("the queued request after the restart: %v %v", ds2, err)
+	}
+}

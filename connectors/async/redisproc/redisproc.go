@@ -25,6 +25,11 @@ type Server struct {
 	Addr string // 127.0.0.1:port
 	Dir  string
 	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has exited (and been reaped)
+
+	bin  string
+	port int
+	opt  Options
 }
 
 // URL is the server's redis:// URL.
@@ -89,17 +94,20 @@ func start(bin, dir string, port int, o Options) (*Server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Dir: dir, cmd: cmd}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Dir: dir, cmd: cmd, done: make(chan struct{}),
+		bin: bin, port: port, opt: o}
+	go func() { _ = cmd.Wait(); close(s.done) }()
 	// Ready when it answers PING; bounded.
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if ping(s.Addr) {
 			return s, nil
 		}
-		if cmd.ProcessState != nil {
-			break
+		select {
+		case <-s.done:
+			deadline = time.Time{} // exited: give up now
+		case <-time.After(20 * time.Millisecond):
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	s.Stop()
 	log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
@@ -120,14 +128,27 @@ func ping(addr string) bool {
 	return err == nil && strings.HasPrefix(line, "+PONG")
 }
 
-// Stop kills the server by PID and reaps it. Safe to call twice.
+// Stop kills the server by PID (SIGKILL: a crash, as far as Redis knows)
+// and reaps it. Safe to call twice.
 func (s *Server) Stop() {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
 	}
 	_ = s.cmd.Process.Kill()
-	_, _ = s.cmd.Process.Wait()
+	<-s.done
 	s.cmd = nil
+}
+
+// Restart kills the server and starts it again on the same port and
+// directory: with AOF, what was fsynced comes back.
+func (s *Server) Restart() error {
+	s.Stop()
+	n, err := start(s.bin, s.Dir, s.port, s.opt)
+	if err != nil {
+		return err
+	}
+	s.cmd, s.done = n.cmd, n.done
+	return nil
 }
 
 func lastLine(s string) string {
