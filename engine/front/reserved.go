@@ -32,10 +32,14 @@ const (
 	// uuid of a chat content part: vLLM uses it as the item's cache key in
 	// place of the content hash. celflow keys items by render's hash. Stripped.
 	FieldMediaUUID
+	// cache_hit_threshold (top level, vLLM RFC #24256): conditional-decode
+	// sets it in worker mode; on a final decode leg a client value would
+	// let the worker answer "cache_threshold" with no tokens. Refused.
+	FieldCacheHitThreshold
 )
 
 // clientFieldNames are the trust.client_fields spellings, in bit order.
-var clientFieldNames = [...]string{"kv_transfer_params", "ec_transfer_params", "bootstrap", "tokens", "media_uuid"}
+var clientFieldNames = [...]string{"kv_transfer_params", "ec_transfer_params", "bootstrap", "tokens", "media_uuid", "cache_hit_threshold"}
 
 // ParseClientFields maps trust.client_fields names to the set; ok is false
 // for an unknown name (the config schema's enum rejects those first).
@@ -85,6 +89,10 @@ func GuardFields(route engine.Route, body []byte, obj *jsonb.Object, allow Clien
 		case "tokens":
 			if route != engine.RouteGenerate && !allow.has(FieldTokens) {
 				return nil, nil, reserved(m.Key, "tokens")
+			}
+		case "cache_hit_threshold":
+			if !allow.has(FieldCacheHitThreshold) {
+				return nil, nil, reserved(m.Key, "cache_hit_threshold")
 			}
 		case "sampling_params":
 			if e := guardTransfer(body, m, "sampling_params", "extra_args", allow); e != nil {

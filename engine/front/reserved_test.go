@@ -31,6 +31,8 @@ func TestGuardFields(t *testing.T) {
 		{"bootstrap host", all, `{"bootstrap_host":"evil"}`, nil, "bootstrap_host", ""},
 		{"bootstrap port", all, `{"bootstrap_port":1}`, nil, "bootstrap_port", ""},
 		{"bootstrap room", all, `{"bootstrap_room":7}`, nil, "bootstrap_room", ""},
+		{"cache hit threshold", all, `{"cache_hit_threshold":0}`, nil, "cache_hit_threshold", ""},
+		{"trusted cache hit threshold", all, `{"cache_hit_threshold":0.5}`, []string{"cache_hit_threshold"}, "", ""},
 		{"tokens on chat", []engine.Route{chat, compl}, `{"tokens":{"token_ids":[1]}}`, nil, "tokens", ""},
 		{"tokens on generate are not celflow's", []engine.Route{gen}, `{"tokens":1,"token_ids":[1]}`, nil, "", ""},
 		{"trusted kv", all, `{"kv_transfer_params":{},"sampling_params":{"extra_args":{"kv_transfer_params":{}}}}`, []string{"kv_transfer_params"}, "", ""},
