@@ -87,7 +87,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		return 2
 	}
 
-	fmt.Fprint(stderr, ds.String()) // warnings, printed as validate prints them
+	fmt.Fprint(stderr, ds.Pretty()) // warnings, printed as validate prints them
 
 	shutdownTracing, err := telemetry.Setup(ctx, cfg.Telemetry.Tracing)
 	if err != nil {
@@ -167,7 +167,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 // refuse prints load diagnostics exactly as `celflow validate` does, and
 // fails (ACCEPTANCE 31).
 func refuse(stderr io.Writer, ds schema.Diagnostics) int {
-	fmt.Fprint(stderr, ds.Sort().String())
+	fmt.Fprint(stderr, ds.Sort().Pretty())
 	return 1
 }
 
