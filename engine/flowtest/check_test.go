@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/big"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/celflow/celflow/engine/upstream"
@@ -177,7 +178,7 @@ func (k *checker) leg(where string, l *leg, id string, client http.Header) {
 		}
 	}
 	for _, h := range dropped(client) {
-		if v := l.header.Values(h); len(v) > 0 && !setByCelflow(h, l.kind) {
+		if v := l.header.Values(h); len(v) > 0 && !setByCelflow(h, l.kind) && !stampedByBroker(h, v, client) {
 			k.bad("%s: header %s %q must be dropped (PROTOCOL 2.2)", where, h, v)
 		}
 	}
@@ -198,6 +199,17 @@ func dropped(client http.Header) []string {
 		}
 	}
 	return out
+}
+
+// stampedByBroker: the async-broker stamps celflow's own objective and
+// fairness id on every leg (ASYNC.md 2); such a value may appear as long as
+// it is not the client's.
+func stampedByBroker(h string, v []string, client http.Header) bool {
+	switch h {
+	case "X-Llm-D-Inference-Objective", "X-Llm-D-Inference-Fairness-Id":
+		return !slices.Equal(v, client.Values(h))
+	}
+	return false
 }
 
 // setByCelflow: celflow stamps its own EPP-Profile on worker legs and Prefer

@@ -87,6 +87,10 @@ func New(cfg Config) (*Client, error) { return newClient(cfg) }
 // HasRole reports whether a leg of that role has somewhere to go.
 func (c *Client) HasRole(r Role) bool { return c.impl.hasRole(r) }
 
+// InFlight is the number of legs of role r picked and not yet Done (the
+// async dispatcher's capacity gate reads it).
+func (c *Client) InFlight(r Role) int64 { return c.impl.inFlight(r) }
+
 // Render returns the configured render service base URL ("" when unset).
 func (c *Client) Render() string { return c.impl.render }
 
@@ -137,6 +141,9 @@ type Leg struct {
 	TTFB   time.Duration // time to first response byte, 0 = none
 	Relay  bool          // decode/conditional-decode: forward client Accept-Encoding, keep the body compressed
 	Trace  http.Header   // traceparent/tracestate to set (from the node's span), nil to forward the client's
+	// Extra are server-owned headers set after the client's were filtered
+	// (they win over a client header of the same name); nil for none.
+	Extra http.Header
 	// NewBody returns a fresh reader over the same bytes as Body. It allows
 	// the one resend of a leg that failed on a stale keep-alive connection
 	// (FIELD-NOTES 3). Nil is fine when Body is a *bytes.Reader,

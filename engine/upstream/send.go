@@ -103,6 +103,9 @@ func (c *client) newRequest(ctx context.Context, base string, leg *Leg) (*http.R
 			h[textproto.CanonicalMIMEHeaderKey(k)] = vs[:len(vs):len(vs)]
 		}
 	}
+	for k, vs := range leg.Extra {
+		h[textproto.CanonicalMIMEHeaderKey(k)] = vs[:len(vs):len(vs)]
+	}
 	h["Content-Type"] = hvJSON
 	if leg.ReqID != "" {
 		h["X-Request-Id"] = []string{leg.ReqID}
