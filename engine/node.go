@@ -198,6 +198,11 @@ type Run struct {
 	Req      *Request
 	State    State
 	Deadline time.Time // zero when request_timeout is off
+	// LegHeader are server-owned headers stamped on every worker leg after
+	// the client's headers were filtered (the async broker's objective and
+	// fairness id). A node sets it before any leg is built (it runs first);
+	// read-only afterwards. Nil for none.
+	LegHeader http.Header
 	// Client is where a responding node writes the reply. Use Answer to claim it.
 	client   http.ResponseWriter
 	answerMu sync.Mutex

@@ -106,7 +106,7 @@ func (c *compiler) compileTargets(i int, specs []targetSpec) []targetRule {
 	}
 	role, ok := targetRoles[n.contract.Role]
 	if !ok {
-		c.ds.Errorf(c.doc, sp.ptr+"/target", "target rules choose where a worker leg goes; node type %s sends none (only nodes of the encode, prefill and decode roles take target rules)", quote(n.typ))
+		c.errf(RuleTargetPlacement, sp.ptr+"/target", "target rules choose where a worker leg goes; node type %s sends none (only nodes of the encode, prefill and decode roles take target rules)", quote(n.typ))
 		return nil
 	}
 	rules := make([]targetRule, 0, len(specs))
@@ -115,11 +115,11 @@ func (c *compiler) compileTargets(i int, specs []targetSpec) []targetRule {
 		if ts.cond != "" {
 			r.cond = c.expr(ts.ptr+"/if", ts.cond, celenv.Guard)
 		} else if k < len(specs)-1 {
-			c.ds.Errorf(c.doc, ts.ptr, "a rule without `if` always matches, so the %d rule(s) after it can never be chosen (move it last, or give it an if)", len(specs)-1-k)
+			c.errf(RuleTargetOrder, ts.ptr, "a rule without `if` always matches, so the %d rule(s) after it can never be chosen (move it last, or give it an if)", len(specs)-1-k)
 		}
 		if ts.pool != "" {
 			if n.contract.SharedEndpoint {
-				c.ds.Errorf(c.doc, ts.ptr+"/pool", "this %s node draws its endpoint once per request for every node that shares it (the concurrent kv-sglang session names one prefill host on both legs), so a target rule cannot choose its pool; route by headers or model here, or use the sequential shape", n.typ)
+				c.errf(RuleTargetPlacement, ts.ptr+"/pool", "this %s node draws its endpoint once per request for every node that shares it (the concurrent kv-sglang session names one prefill host on both legs), so a target rule cannot choose its pool; route by headers or model here, or use the sequential shape", n.typ)
 			} else {
 				c.checkPool(ts.ptr+"/pool", ts.pool, role)
 			}
@@ -130,12 +130,12 @@ func (c *compiler) compileTargets(i int, specs []targetSpec) []targetRule {
 		for _, name := range ts.headerOrder {
 			hp := schema.Ptr(ts.ptr, "headers", name)
 			if name != strings.ToLower(name) {
-				c.ds = append(c.ds, c.doc.DiagKey(hp, schema.Error, fmt.Sprintf("header names are written in lower case (%s); HTTP header names are case-insensitive and celflow lowercases them", quote(strings.ToLower(name)))))
+				c.ds = append(c.ds, c.doc.DiagKey(hp, schema.Error, fmt.Sprintf("header names are written in lower case (%s); HTTP header names are case-insensitive and celflow lowercases them", quote(strings.ToLower(name)))).R(RuleTargetHeader))
 				continue
 			}
 			ck := http.CanonicalHeaderKey(name)
 			if why, bad := reservedLegHeaders[ck]; bad {
-				c.ds = append(c.ds, c.doc.DiagKey(hp, schema.Error, fmt.Sprintf("a target rule cannot set %s: %s", name, why)))
+				c.ds = append(c.ds, c.doc.DiagKey(hp, schema.Error, fmt.Sprintf("a target rule cannot set %s: %s", name, why)).R(RuleTargetHeader))
 				continue
 			}
 			if r.sel.Header == nil {
@@ -171,7 +171,7 @@ func (c *compiler) checkPool(ptr, name string, role upstream.Role) {
 	if len(names) > 0 {
 		msg += "; pools: " + strings.Join(names, ", ")
 	}
-	c.ds.Errorf(c.doc, ptr, "%s (the %s legs of this node would have nowhere to go)", msg, role)
+	c.errf(RuleTargetPool, ptr, "%s (the %s legs of this node would have nowhere to go)", msg, role)
 }
 
 func describeTarget(k int, t *LegTarget, headers []string) string {

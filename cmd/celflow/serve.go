@@ -65,6 +65,16 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	}
 
 	m := metrics.New()
+	// The async runtime is installed before the workflow loads: the
+	// async-broker node takes it at build time.
+	var as *asyncSetup
+	if c0, _ := config.LoadFile(*cfgPath, getenv); c0 != nil {
+		if as, err = newAsync(c0.Async, m.Registry(), logrus.StandardLogger()); err != nil {
+			fmt.Fprintf(stderr, "celflow serve: %v\n", err)
+			return 1
+		}
+		defer as.close()
+	}
 	g, ds := load(*cfgPath, getenv, m, nil)
 	if g == nil {
 		return refuse(stderr, ds)
@@ -132,6 +142,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		DrainDelay:        lv.DrainDelay,
 		ShutdownTimeout:   lv.ShutdownTimeout,
 		MetricsListen:     s.MetricsListen,
+		Routes:            as.routes(),
 		ClientFields:      lv.ClientFields,
 		Limits:            front.Limits{MaxHeaderBytes: s.MaxHeaderBytes, MaxHeaderCount: s.MaxHeaderCount},
 	}
@@ -144,6 +155,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	// shutdown starts.
 	rl := &reloader{path: *cfgPath, getenv: getenv, verbosity: *verbosity,
 		formatSet: *logFormat != "", log: log, m: m, srv: srv, boot: cfg, cur: g, tls: tlsSt}
+	if as != nil {
+		as.up.Store(g.up)
+		rl.onSwap = func(ng *generation) { as.up.Store(ng.up) }
+	}
 	reloadCtx, stopReloads := context.WithCancel(ctx)
 	tlsSt.watch(reloadCtx, cfg)
 	reloads := make(chan struct{})
@@ -151,9 +166,15 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		defer close(reloads)
 		rl.loop(reloadCtx, hup)
 	}()
+	dispatched := make(chan struct{})
+	go func() {
+		defer close(dispatched)
+		as.dispatch(ctx, srv, lv.ShutdownTimeout, log)
+	}()
 	code := srv.Run(ctx)
 	stopReloads()
 	<-reloads
+	<-dispatched
 	return code
 }
 

@@ -48,7 +48,7 @@ func UnknownEnv(environ []string, sev schema.Severity) schema.Diagnostics {
 		} else {
 			msg += " (`celflow schema config` lists the keys; each is CELFLOW_ + its dotted path in capitals with _)"
 		}
-		ds = append(ds, schema.Diagnostic{File: name, Msg: msg, Severity: sev})
+		ds = append(ds, schema.Diagnostic{File: name, Msg: msg, Severity: sev, Rule: schema.RuleUnknownVariable})
 	}
 	return ds.Sort()
 }

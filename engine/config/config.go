@@ -42,6 +42,7 @@ type Config struct {
 	Upstream  upstream.Config // zero fields take the upstream package's defaults
 	Telemetry Telemetry
 	Workflow  Workflow
+	Async     Async // off unless async.redis_url is set
 	Trust     Trust
 
 	doc     *schema.Doc
@@ -212,6 +213,8 @@ func (c *Config) decode() {
 	v.bool("/telemetry/tracing/enabled", &t.Tracing.Enabled)
 	v.str("/telemetry/tracing/protocol", &t.Tracing.Protocol)
 	v.str("/telemetry/tracing/endpoint", &t.Tracing.Endpoint)
+
+	c.decodeAsync(v)
 
 	switch w, _ := c.doc.Value("/workflow"); w := w.(type) {
 	case string:

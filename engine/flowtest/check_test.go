@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/big"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/celflow/celflow/engine/upstream"
@@ -178,7 +179,7 @@ func (k *checker) leg(where string, l *leg, id string, client http.Header) {
 		}
 	}
 	for _, h := range dropped(client) {
-		if v := l.header.Values(h); len(v) > 0 && !setByCelflow(h, l.kind) {
+		if v := l.header.Values(h); len(v) > 0 && !setByCelflow(h, l.kind) && !stampedByBroker(h, v, client) {
 			k.bad("%s: header %s %q must be dropped (PROTOCOL 2.2)", where, h, v)
 		}
 	}
@@ -199,6 +200,18 @@ func dropped(client http.Header) []string {
 		}
 	}
 	return out
+}
+
+// stampedByBroker: celflow stamps its own values of some owned headers —
+// the async-broker's objective and fairness id on every leg (ASYNC.md 2), a
+// workflow's target rule's objective and X-Celflow-Pool — so such a value
+// may appear as long as it is not the client's.
+func stampedByBroker(h string, v []string, client http.Header) bool {
+	switch h {
+	case "X-Llm-D-Inference-Objective", "X-Llm-D-Inference-Fairness-Id", "X-Celflow-Pool":
+		return !slices.Equal(v, client.Values(h))
+	}
+	return false
 }
 
 // setByCelflow: celflow stamps its own EPP-Profile on worker legs and Prefer

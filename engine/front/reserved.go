@@ -139,12 +139,12 @@ func guardTransfer(body []byte, m *jsonb.Member, path, inner string, allow Clien
 			return nil
 		}
 	}
-	for _, mm := range o.Members {
+	for _, in := range o.Members {
 		switch {
-		case mm.Key == "kv_transfer_params" && !allow.has(FieldKVTransfer):
-			return reserved(path+"."+mm.Key, "kv_transfer_params")
-		case mm.Key == "ec_transfer_params" && !allow.has(FieldECTransfer):
-			return reserved(path+"."+mm.Key, "ec_transfer_params")
+		case in.Key == "kv_transfer_params" && !allow.has(FieldKVTransfer):
+			return reserved(path+"."+in.Key, "kv_transfer_params")
+		case in.Key == "ec_transfer_params" && !allow.has(FieldECTransfer):
+			return reserved(path+"."+in.Key, "ec_transfer_params")
 		}
 	}
 	return nil

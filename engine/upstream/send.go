@@ -63,7 +63,7 @@ func (c *client) sendLeg(ctx context.Context, base string, leg *Leg) (*http.Resp
 	expired := timer != nil && !timer.Stop()
 	if err == nil && !expired {
 		resp.Body = &legBody{ReadCloser: resp.Body, cancel: cancel}
-		if (leg.Idle > 0 || leg.BodyTimeout > 0) && !(leg.Relay && resp.StatusCode >= 200 && resp.StatusCode < 300) {
+		if (leg.Idle > 0 || leg.BodyTimeout > 0) && !(leg.Relay && !leg.Probe && resp.StatusCode >= 200 && resp.StatusCode < 300) {
 			resp.Body = watchBody(ctx, resp.Body, cancel, leg.Idle, leg.BodyTimeout)
 		}
 		return resp, nil
@@ -103,6 +103,9 @@ func (c *client) newRequest(ctx context.Context, base string, leg *Leg) (*http.R
 			h[textproto.CanonicalMIMEHeaderKey(k)] = vs[:len(vs):len(vs)]
 		}
 	}
+	for k, vs := range leg.Extra {
+		h[textproto.CanonicalMIMEHeaderKey(k)] = vs[:len(vs):len(vs)]
+	}
 	h["Content-Type"] = hvJSON
 	if leg.ReqID != "" {
 		h["X-Request-Id"] = []string{leg.ReqID}
@@ -120,8 +123,8 @@ func (c *client) newRequest(ctx context.Context, base string, leg *Leg) (*http.R
 		h["Accept-Encoding"] = hvIdentity
 	}
 	// Last, so a workflow's target rule may replace EPP-Profile (a
-	// custom scheduling profile) or add an objective header.
-	for k, vs := range leg.Extra {
+	// custom scheduling profile) or the objective.
+	for k, vs := range leg.TargetHeader {
 		h[k] = vs[:len(vs):len(vs)]
 	}
 	req.Header = h

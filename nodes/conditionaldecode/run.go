@@ -46,7 +46,10 @@ func (n *ConditionalDecode) Run(ctx context.Context, x *engine.Exec) engine.Resu
 		// answers uncompressed (identity) and the client gets it so.
 		l.Header = withoutAcceptEncoding(l.Header)
 	}
-	n.body.Apply(l) // upstream leaves a relayed 2xx unbounded
+	// upstream leaves a relayed 2xx unbounded; in worker mode (Probe) it
+	// bounds one until the verdict, and a hit lifts the bounds (judge).
+	l.Probe = worker
+	n.body.Apply(l)
 	res = engine.Result{Attrs: leg.Attrs(t, l)}
 	if n.client.Direct() && !worker {
 		res.Attrs["celflow.predicted"] = "hit"
