@@ -119,13 +119,15 @@ type testRequestDoc struct {
 }
 
 type testExpectDoc struct {
-	Ran        []schema.Val[string] `json:"ran"`
-	Skipped    []schema.Val[string] `json:"skipped"`
-	Omitted    []schema.Val[string] `json:"omitted"`
-	Failed     []schema.Val[string] `json:"failed"`
-	AnsweredBy schema.Val[string]   `json:"answered_by"`
-	Status     schema.Val[int]      `json:"status"`
-	Code       schema.Val[string]   `json:"code"`
+	Ran        []schema.Val[string]        `json:"ran"`
+	Skipped    []schema.Val[string]        `json:"skipped"`
+	Omitted    []schema.Val[string]        `json:"omitted"`
+	Failed     []schema.Val[string]        `json:"failed"`
+	AnsweredBy schema.Val[string]          `json:"answered_by"`
+	Status     schema.Val[int]             `json:"status"`
+	Code       schema.Val[string]          `json:"code"`
+	Attempts   schema.Map[schema.Val[int]] `json:"attempts"`
+	Targets    schema.Map[schema.Val[any]] `json:"targets"`
 }
 
 // list returns one of the expect lists by its key (expectLists), and

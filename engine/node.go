@@ -203,6 +203,10 @@ type Run struct {
 	// fairness id). A node sets it before any leg is built (it runs first);
 	// read-only afterwards. Nil for none.
 	LegHeader http.Header
+	// Stubbed marks a run of explain or a tests: block (no worker is
+	// called): the scheduler keeps its records and spans but logs no
+	// retries, which would read as real failures in validate's output.
+	Stubbed bool
 	// Client is where a responding node writes the reply. Use Answer to claim it.
 	client   http.ResponseWriter
 	answerMu sync.Mutex

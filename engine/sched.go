@@ -287,7 +287,7 @@ func (rs *run) decide(i int) {
 			return
 		}
 		if t != nil {
-			rs.execs[i].Target, o.Target = t, t.Desc
+			rs.execs[i].Target, o.Target = t, t
 		}
 	}
 	rs.launch(i, items, 0)

@@ -82,8 +82,8 @@ func endSpan(sp trace.Span, o *Outcome, attrs map[string]any) {
 	if o.Edge != "" {
 		kv = append(kv, AttrEdge.String(o.Edge))
 	}
-	if o.Target != "" {
-		kv = append(kv, AttrTarget.String(o.Target))
+	if o.Target != nil {
+		kv = append(kv, AttrTarget.String(o.Target.Desc))
 	}
 	if o.HTTPStatus != 0 {
 		kv = append(kv, AttrHTTPStatus.Int(o.HTTPStatus))

@@ -27,7 +27,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	tokens := fs.Int("tokens", 16, "prompt tokens a stubbed render reports (generate uses the body's token_ids)")
 	traced := fs.Bool("trace", false, "also print the spans the run would emit (names and attributes, as an indented tree)")
 	var assumes listFlag
-	fs.Var(&assumes, "assume", "NODE=STATUS: an HTTP status (412, 200, 503) or succeeded, answered, failed, timed_out, panic (repeatable)")
+	fs.Var(&assumes, "assume", "NODE=STATUS: an HTTP status (412, 200, 503) or succeeded, answered, failed, timed_out, panic; a comma list is one per attempt (503,200: the retry succeeds) (repeatable)")
 	var headers listFlag
 	fs.Var(&headers, "header", "Name: value, a client header (repeatable)")
 	files, err := parseInterspersed(fs, args)
@@ -55,7 +55,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "celflow explain: --assume %q: want NODE=STATUS\n", a)
 			return 2
 		}
-		as, err := engine.ParseAssumption(val)
+		as, err := engine.ParseAssumptions(val)
 		if err != nil {
 			fmt.Fprintf(stderr, "celflow explain: --assume %s: %v\n", id, err)
 			return 2

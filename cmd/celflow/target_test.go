@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -123,5 +124,59 @@ nodes:
 	_, ds := engine.Load("s.yaml", []byte(wf), engine.LoadOptions{})
 	if !strings.Contains(ds.String(), "s.yaml:10:21: nodes[0].target[0].pool: this prefill node draws its endpoint once per request") {
 		t.Fatalf("%s", ds)
+	}
+}
+
+// tests: blocks pin attempts, per-attempt and per-item assumptions (a
+// fan-out node retries as a whole: the second image failing once makes
+// encode run twice), and the
+// target rule chosen; a wrong expectation is reported with what happened.
+func TestTestsBlockAttemptsItemsTargets(t *testing.T) {
+	wf := `apiVersion: celflow/v1
+kind: Workflow
+metadata: {name: t, version: "1"}
+routes: [chat]
+nodes:
+  - id: fetch
+    type: fetch-media
+  - id: render
+    type: render
+    needs: [fetch]
+    params: {address: "http://127.0.0.1:9"}
+  - id: encode
+    type: encode
+    needs: [render]
+    foreach: media
+    retry: {attempts: 2, backoff: 1ms}
+  - id: prefill
+    type: prefill
+    needs: [encode]
+    retry: {attempts: 3, backoff: 1ms}
+  - id: decode
+    type: decode
+    needs: [prefill]
+    target: [{if: 'request.model == "big"', pool: decode-big}]
+tests:
+  - name: right
+    request: {route: chat, body: {model: big, messages: [{role: user, content: [{type: image_url, image_url: {url: "data:image/png;base64,iVBORw0KGgo="}}, {type: image_url, image_url: {url: "data:image/png;base64,iVBORw0KGgo="}}]}]}}
+    assume: {prefill: [503, 502, 200], encode: {items: [200, [503, 200]]}}
+    expect: {answered_by: decode, attempts: {prefill: 3, encode: 2}, targets: {decode: 0}}
+  - name: wrong
+    request: {route: chat, body: {model: small, messages: [{role: user, content: hi}]}}
+    assume: {prefill: [503, 200]}
+    expect: {attempts: {prefill: 3}, targets: {decode: 0}}
+`
+	w, ds := engine.Load("t.yaml", []byte(wf), engine.LoadOptions{})
+	if w == nil {
+		t.Fatal(ds)
+	}
+	got := w.RunTests(context.Background()).String()
+	for _, want := range []string{`test "wrong": attempts of prefill: got 2, want 3`, `test "wrong": target of decode: got none, want rule 0`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, `"right"`) {
+		t.Errorf("the right test failed:\n%s", got)
 	}
 }
