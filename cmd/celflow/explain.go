@@ -69,7 +69,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	}
 	w, ds := engine.LoadFile(files[0], engine.LoadOptions{})
 	if w == nil {
-		fmt.Fprint(stderr, ds.String())
+		fmt.Fprint(stderr, ds.Pretty())
 		return 1
 	}
 	if !w.Serves(rt) {
