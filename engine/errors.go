@@ -29,6 +29,8 @@ const (
 	KindDeadline                     // 504 timeout_error deadline_exceeded
 	KindShuttingDown                 // 503 server_error shutting_down
 	KindCancelled                    // client went away: 499 in logs and metrics, nothing is written
+	KindOverloaded                   // 429 rate_limit_error overloaded: admission bound reached, queue full
+	KindQueueTimeout                 // 429 rate_limit_error queue_timeout: waited admission.queue_timeout
 )
 
 // Error is celflow's typed error. Message must never contain an upstream
@@ -142,6 +144,8 @@ func (e *Error) HTTPStatus() int {
 		return http.StatusServiceUnavailable
 	case KindCancelled:
 		return 499 // never written: the client is gone; logs and metrics only
+	case KindOverloaded, KindQueueTimeout:
+		return http.StatusTooManyRequests
 	}
 	return http.StatusInternalServerError
 }
@@ -162,6 +166,9 @@ func (e *Error) Type() string {
 	}
 	if e.Kind == KindCancelled {
 		return "server_error"
+	}
+	if e.Kind == KindOverloaded || e.Kind == KindQueueTimeout {
+		return "rate_limit_error"
 	}
 	return "invalid_request_error"
 }
@@ -199,6 +206,10 @@ func (e *Error) Code() string {
 		return "shutting_down"
 	case KindCancelled:
 		return "client_closed_request"
+	case KindOverloaded:
+		return "overloaded"
+	case KindQueueTimeout:
+		return "queue_timeout"
 	}
 	return "internal_error"
 }

@@ -37,6 +37,8 @@ func TestErrorTable(t *testing.T) {
 		{"request deadline", engine.Errorf(engine.KindDeadline, ""), 504, "timeout_error", "deadline_exceeded"},
 		{"draining", engine.Errorf(engine.KindShuttingDown, ""), 503, "server_error", "shutting_down"},
 		{"panic / CEL runtime error", engine.Errorf(engine.KindInternal, ""), 500, "server_error", "internal_error"},
+		{"admission: queue full", engine.Errorf(engine.KindOverloaded, ""), 429, "rate_limit_error", "overloaded"},
+		{"admission: queue timeout", engine.Errorf(engine.KindQueueTimeout, ""), 429, "rate_limit_error", "queue_timeout"},
 	} {
 		if s, ty, c := tc.err.HTTPStatus(), tc.err.Type(), tc.err.Code(); s != tc.status || ty != tc.typ || c != tc.code {
 			t.Errorf("%s: %d %s %s, want %d %s %s", tc.row, s, ty, c, tc.status, tc.typ, tc.code)

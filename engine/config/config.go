@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/celflow/celflow/engine/celenv"
 	"github.com/celflow/celflow/engine/telemetry"
 	"github.com/celflow/celflow/engine/upstream"
 	"github.com/celflow/celflow/schema"
@@ -41,9 +42,11 @@ type Config struct {
 	Upstream  upstream.Config // zero fields take the upstream package's defaults
 	Telemetry Telemetry
 	Workflow  Workflow
+	Admission Admission
 
 	doc     *schema.Doc
 	fromEnv map[string]string // pointer → the variable that set it
+	prio    *celenv.Priority  // admission.priority, compiled by checkAdmission
 }
 
 // Server is the `server:` section.
@@ -118,7 +121,7 @@ func Load(file string, data []byte, getenv func(string) string) (*Config, schema
 	}
 	c := &Config{File: file, doc: doc}
 	ds = append(ds, c.applyEnv(getenv)...)
-	ds = append(ds, c.envDiags(append(schema.Validate(doc, ID, ""), c.check()...))...)
+	ds = append(ds, c.envDiags(append(append(schema.Validate(doc, ID, ""), c.check()...), c.checkAdmission()...))...)
 	if ds.HasErrors() {
 		return nil, ds.Sort()
 	}
@@ -185,6 +188,8 @@ func (c *Config) decode() {
 	v.bool("/telemetry/tracing/enabled", &t.Tracing.Enabled)
 	v.str("/telemetry/tracing/protocol", &t.Tracing.Protocol)
 	v.str("/telemetry/tracing/endpoint", &t.Tracing.Endpoint)
+
+	c.decodeAdmission(v)
 
 	switch w, _ := c.doc.Value("/workflow"); w := w.(type) {
 	case string:
