@@ -70,7 +70,7 @@ func (g *generation) live() front.Live {
 	}
 	s := g.cfg.Server
 	return front.Live{Runners: runners, MaxBodyBytes: s.MaxBodyBytes(), WriteTimeout: s.WriteTimeout,
-		DrainDelay: s.DrainDelay, ShutdownTimeout: s.ShutdownTimeout}
+		DrainDelay: s.DrainDelay, ShutdownTimeout: s.ShutdownTimeout, Admission: admissionOf(g.cfg.Admission)}
 }
 
 func (g *generation) fields() logrus.Fields {

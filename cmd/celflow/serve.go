@@ -108,7 +108,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		WriteTimeout:      lv.WriteTimeout,
 		DrainDelay:        lv.DrainDelay,
 		ShutdownTimeout:   lv.ShutdownTimeout,
+		Admission:         lv.Admission,
+		AdmissionObserver: m.AdmissionObserver(),
 	})
+	m.WatchAdmission(srv.Admission())
 	log.WithFields(g.fields()).Info("workflow loaded")
 
 	// Reloads run on their own goroutine, one at a time, and stop when the

@@ -98,6 +98,12 @@ func (s *Server) inference(route engine.Route) http.Handler {
 			s.fail(x, engine.Errorf(engine.KindNotFound, "the workflow does not serve %s", route.Path()))
 			return
 		}
+		// Admission comes before the body is read: a waiting request holds
+		// no body (admission.go).
+		if !s.admit(x, r, route, lv) {
+			return
+		}
+		defer s.adm.Release(RouteClass(route))
 		body, e := readBody(x, r, lv.maxBody)
 		if e != nil {
 			s.fail(x, e)

@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/admission"
 )
 
 // MiB is the unit of max_request_body_size.
@@ -63,6 +64,12 @@ type Options struct {
 	// requests after the listener closes.
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
+
+	// Admission is the first Live set's admission (bounds, priority); the
+	// zero value bounds nothing. AdmissionObserver, when set, receives every
+	// admission decision (metrics).
+	Admission         Admission
+	AdmissionObserver admission.Observer
 }
 
 // Live is the part of a server's configuration that can change while it
@@ -78,6 +85,7 @@ type Live struct {
 	WriteTimeout    time.Duration
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
+	Admission       Admission
 }
 
 // live is the stored form of Live: its own copy of the runner map, so that
@@ -88,6 +96,7 @@ type live struct {
 	writeTimeout    time.Duration
 	drainDelay      time.Duration
 	shutdownTimeout time.Duration
+	adm             Admission
 }
 
 func newLive(l Live) *live {
@@ -100,8 +109,9 @@ func newLive(l Live) *live {
 	if l.MaxBodyBytes <= 0 {
 		l.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	l.Admission.Limits.Class = append([]int(nil), l.Admission.Limits.Class...)
 	return &live{runners: rs, maxBody: l.MaxBodyBytes, writeTimeout: l.WriteTimeout,
-		drainDelay: l.DrainDelay, shutdownTimeout: l.ShutdownTimeout}
+		drainDelay: l.DrainDelay, shutdownTimeout: l.ShutdownTimeout, adm: l.Admission}
 }
 
 func (l *live) export() Live {
@@ -109,8 +119,10 @@ func (l *live) export() Live {
 	for rt, r := range l.runners {
 		rs[rt] = r
 	}
+	adm := l.adm
+	adm.Limits.Class = append([]int(nil), adm.Limits.Class...)
 	return Live{Runners: rs, MaxBodyBytes: l.maxBody, WriteTimeout: l.writeTimeout,
-		DrainDelay: l.drainDelay, ShutdownTimeout: l.shutdownTimeout}
+		DrainDelay: l.drainDelay, ShutdownTimeout: l.shutdownTimeout, Admission: adm}
 }
 
 // Observation is what the front knows about one finished request.
