@@ -198,6 +198,7 @@ func Render(r *Results, m Machine, section string) string {
 			x.Coalesced, x.Events, x.Errors)
 	}
 	p("\n")
+	renderOverload(&b, r.Overload)
 	if section == "" {
 		section = goBenchBegin + "\n## Go micro-benchmarks\n\nNot run yet: `celflow bench` runs them when `go` is on PATH.\n" + goBenchEnd
 	}
