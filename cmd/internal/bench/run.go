@@ -67,9 +67,9 @@ type StreamCell struct {
 
 // Results is everything a run measured.
 type Results struct {
-	Opts    Options
-	Targets []target
-	Bodies  []body
+	Opts     Options
+	Targets  []target
+	Bodies   []body
 	Cells    []Cell
 	Streams  []StreamCell
 	Overload *OverloadResult // the admission cell; nil when not run
