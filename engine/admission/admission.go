@@ -13,6 +13,11 @@
 // waiter takes that waiter's place (the newest among equals is evicted,
 // with ErrQueueFull); otherwise the newcomer is refused.
 //
+// Work that does not come through the front (the async dispatcher) shares
+// the bounds by calling TryAcquire(class) and Release(class) around a run:
+// it never queues, so waiting online requests keep precedence, and Spare
+// tells it beforehand whether there is room.
+//
 // Starvation: strict priority can starve a low tier for as long as higher
 // tiers keep the server saturated; the queue timeout bounds how long such a
 // waiter waits (it then gets ErrQueueTimeout), so nothing waits forever.

@@ -19,7 +19,24 @@ type admissionMetrics struct {
 	rejected *prometheus.CounterVec   // route, reason
 	wait     *prometheus.HistogramVec // route, result
 
+	// Per class (int(engine.Route)), resolved once: the fast path of every
+	// request counts without hashing label values.
+	byClass []classSeries
+
 	watch sync.Once
+}
+
+type classSeries struct {
+	admitted prometheus.Counter
+	rejected map[admission.Reason]prometheus.Counter
+}
+
+// series returns the class's counters, nil outside the routes.
+func (a *admissionMetrics) series(class int) *classSeries {
+	if class <= 0 || class >= len(a.byClass) {
+		return nil
+	}
+	return &a.byClass[class]
 }
 
 func newAdmissionMetrics(f factory) *admissionMetrics {
@@ -33,11 +50,14 @@ func newAdmissionMetrics(f factory) *admissionMetrics {
 			"Time spent in the admission queue by requests that had to wait, by route and result (admitted, rejected).",
 			waitBuckets, "route", "result"),
 	}
+	a.byClass = make([]classSeries, len(engine.Routes)+1)
 	for _, rt := range engine.Routes {
 		l := RouteLabel(rt)
-		a.admitted.WithLabelValues(l)
+		cs := &a.byClass[int(rt)]
+		cs.admitted = a.admitted.WithLabelValues(l)
+		cs.rejected = map[admission.Reason]prometheus.Counter{}
 		for _, r := range admission.Reasons {
-			a.rejected.WithLabelValues(l, r.String())
+			cs.rejected[r] = a.rejected.WithLabelValues(l, r.String())
 		}
 	}
 	return a
@@ -49,18 +69,26 @@ func (m *Metrics) AdmissionObserver() admission.Observer { return (*admissionObs
 type admissionObserver admissionMetrics
 
 func (o *admissionObserver) Admitted(class int, waited time.Duration) {
-	l := RouteLabel(engine.Route(class))
-	o.admitted.WithLabelValues(l).Inc()
+	a := (*admissionMetrics)(o)
+	if cs := a.series(class); cs != nil {
+		cs.admitted.Inc()
+	} else {
+		a.admitted.WithLabelValues(RouteLabel(engine.Route(class))).Inc()
+	}
 	if waited > 0 {
-		o.wait.WithLabelValues(l, "admitted").Observe(waited.Seconds())
+		a.wait.WithLabelValues(RouteLabel(engine.Route(class)), "admitted").Observe(waited.Seconds())
 	}
 }
 
 func (o *admissionObserver) Rejected(class int, r admission.Reason, waited time.Duration) {
-	l := RouteLabel(engine.Route(class))
-	o.rejected.WithLabelValues(l, r.String()).Inc()
+	a := (*admissionMetrics)(o)
+	if cs := a.series(class); cs != nil && cs.rejected[r] != nil {
+		cs.rejected[r].Inc()
+	} else {
+		a.rejected.WithLabelValues(RouteLabel(engine.Route(class)), r.String()).Inc()
+	}
 	if waited > 0 {
-		o.wait.WithLabelValues(l, "rejected").Observe(waited.Seconds())
+		a.wait.WithLabelValues(RouteLabel(engine.Route(class)), "rejected").Observe(waited.Seconds())
 	}
 }
 
