@@ -37,6 +37,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 	if s.draining.Load() && r.URL.Path != PathHealthz {
 		x.route = routeOf(r.URL.Path)
+		// Go elsewhere now, as a refused admission says (admission.go).
+		w.Header().Set("Retry-After", retryAfter(s.cur.Load().adm.RetryAfter))
 		s.fail(x, engine.Errorf(engine.KindShuttingDown, "server is shutting down"))
 		return
 	}
