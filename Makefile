@@ -5,7 +5,7 @@ PKGS    := ./...
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: build test test-race test-unit test-e2e lint validate bench bench-go demo trace-demo clean
+.PHONY: build test test-race test-unit test-e2e lint validate bench bench-go demo trace-demo clean fuzz fuzz-short
 
 build: $(BIN)
 
@@ -13,8 +13,9 @@ $(BIN): FORCE
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/celflow
 FORCE:
 
-## test: unit tests, workflow validation, then the end-to-end suite (real processes on 127.0.0.1).
-test: lint test-unit validate test-e2e
+## test: unit tests, workflow validation, the end-to-end suite (real processes on 127.0.0.1),
+## then every fuzz target briefly (fuzz-short).
+test: lint test-unit validate test-e2e fuzz-short
 
 ## test-race: the unit suite under the race detector (CI runs it after make test).
 test-race:
@@ -83,3 +84,13 @@ trace-demo: build
 
 clean:
 	rm -rf bin
+
+## fuzz: every Go fuzz target, FUZZTIME each (default 15s), one after the other. A crasher is
+## written to <package>/testdata/fuzz/FuzzX/ and its path and bytes are printed: commit it.
+FUZZTIME ?= 15s
+fuzz:
+	GO=$(GO) FUZZTIME=$(FUZZTIME) bash .ci/fuzz.sh
+
+## fuzz-short: the same for 5s per target (about a minute in all), part of make test.
+fuzz-short:
+	GO=$(GO) FUZZTIME=5s bash .ci/fuzz.sh

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+
+	"github.com/celflow/celflow/engine/jsonb"
+	"github.com/celflow/celflow/engine/mm"
 )
 
 // Kind is the small closed set of error kinds celflow returns (PROTOCOL 12).
@@ -29,6 +32,7 @@ const (
 	KindDeadline                     // 504 timeout_error deadline_exceeded
 	KindShuttingDown                 // 503 server_error shutting_down
 	KindCancelled                    // client went away: 499 in logs and metrics, nothing is written
+	KindDuplicateKey                 // 400 invalid_request_error duplicate_key, Param = the JSON path
 	KindOverloaded                   // 429 rate_limit_error overloaded: admission bound reached, queue full
 	KindQueueTimeout                 // 429 rate_limit_error queue_timeout: waited admission.queue_timeout
 )
@@ -51,6 +55,9 @@ type Error struct {
 	UpstreamMsg string
 	// Cause is for logs only; it is never shown to clients.
 	Cause error
+	// Param is the reply's "param": the JSON path of the offending field
+	// (KindDuplicateKey), "" for null.
+	Param string
 }
 
 // Errorf builds an *Error of a kind.
@@ -111,6 +118,9 @@ func AsError(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
+	if e := fromLower(err); e != nil {
+		return e
+	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return &Error{Kind: KindDeadline, Item: -1, Msg: "request deadline exceeded", Cause: err}
@@ -123,7 +133,7 @@ func AsError(err error) *Error {
 // HTTPStatus is THE mapping from error kinds to reply statuses.
 func (e *Error) HTTPStatus() int {
 	switch e.Kind {
-	case KindInvalidJSON, KindInvalidRequest, KindInvalidMedia, KindMediaFetchFailed:
+	case KindInvalidJSON, KindInvalidRequest, KindInvalidMedia, KindMediaFetchFailed, KindDuplicateKey:
 		return http.StatusBadRequest
 	case KindTooLarge:
 		return http.StatusRequestEntityTooLarge
@@ -206,10 +216,41 @@ func (e *Error) Code() string {
 		return "shutting_down"
 	case KindCancelled:
 		return "client_closed_request"
+	case KindDuplicateKey:
+		return "duplicate_key"
 	case KindOverloaded:
 		return "overloaded"
 	case KindQueueTimeout:
 		return "queue_timeout"
 	}
 	return "internal_error"
+}
+
+// DuplicateKey is the 400 for a body with a repeated member name (RFC 8259
+// leaves its meaning undefined; I-JSON forbids it): path is the second
+// occurrence's JSON path (jsonb.DuplicateKeyError.Path), shown as "param".
+func DuplicateKey(path string, cause error) *Error {
+	return &Error{Kind: KindDuplicateKey, Item: -1, Param: path, Cause: cause,
+		Msg: "request body has a duplicate member name: " + path + " appears twice in one object; send each member once"}
+}
+
+// fromLower classifies the errors of the packages below the engine core:
+// mm's rejections and jsonb's duplicate member names.
+func fromLower(err error) *Error {
+	var me *mm.Error
+	if errors.As(err, &me) {
+		k := KindInvalidRequest
+		switch me.Kind {
+		case mm.NotJSON:
+			k = KindInvalidJSON
+		case mm.BadReply:
+			k = KindUpstreamProtocol
+		}
+		return &Error{Kind: k, Item: -1, Msg: me.Msg, Cause: me.Cause}
+	}
+	var dup *jsonb.DuplicateKeyError
+	if errors.As(err, &dup) {
+		return DuplicateKey(dup.Path, err)
+	}
+	return nil
 }

@@ -37,6 +37,7 @@ func TestErrorTable(t *testing.T) {
 		{"request deadline", engine.Errorf(engine.KindDeadline, ""), 504, "timeout_error", "deadline_exceeded"},
 		{"draining", engine.Errorf(engine.KindShuttingDown, ""), 503, "server_error", "shutting_down"},
 		{"panic / CEL runtime error", engine.Errorf(engine.KindInternal, ""), 500, "server_error", "internal_error"},
+		{"duplicate member name", engine.DuplicateKey("a.b", nil), 400, "invalid_request_error", "duplicate_key"},
 		{"admission: queue full", engine.Errorf(engine.KindOverloaded, ""), 429, "rate_limit_error", "overloaded"},
 		{"admission: queue timeout", engine.Errorf(engine.KindQueueTimeout, ""), 429, "rate_limit_error", "queue_timeout"},
 	} {

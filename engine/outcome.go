@@ -81,6 +81,9 @@ func WriteError(w http.ResponseWriter, e *Error, requestID string) {
 	b.Error.Message = e.ClientMessage(requestID)
 	b.Error.Type = e.Type()
 	b.Error.Code = e.Code()
+	if e.Param != "" {
+		b.Error.Param = &e.Param
+	}
 	out, _ := json.Marshal(&b)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")

@@ -207,6 +207,10 @@ func parseRequest(id string, route engine.Route, h http.Header, body []byte) (*e
 	var tokens engine.Tokens
 	obj, err := jsonb.Parse(body)
 	if err != nil {
+		var dup *jsonb.DuplicateKeyError
+		if errors.As(err, &dup) { // the same scan finds repeated names, on every route
+			return nil, nil, tokens, nil, engine.DuplicateKey(dup.Path, err)
+		}
 		return nil, nil, tokens, nil, engine.Errorf(engine.KindInvalidJSON, "request body must be a JSON object: %v", err)
 	}
 	req := &engine.Request{ID: id, Route: route, Header: h, Body: body}
@@ -218,9 +222,8 @@ func parseRequest(id string, route engine.Route, h http.Header, body []byte) (*e
 	}
 	var media []engine.MediaItem
 	if route == engine.RouteGenerate {
-		var e *engine.Error
-		if tokens, media, e = mm.ParseGenerate(body, obj); e != nil {
-			return nil, nil, tokens, nil, e
+		if tokens, media, err = mm.ParseGenerate(body, obj); err != nil {
+			return nil, nil, tokens, nil, engine.AsError(err)
 		}
 	}
 	return req, obj, tokens, media, nil

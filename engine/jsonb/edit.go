@@ -3,7 +3,6 @@ package jsonb
 import (
 	"io"
 	"sort"
-	"strconv"
 	"unicode/utf8"
 )
 
@@ -18,9 +17,14 @@ const (
 	opDelete
 )
 
+// memberOp is what happens to one existing member. child is the editor
+// Object returned for it: over the existing object, or (created) a fresh
+// object that replaces a null.
 type memberOp struct {
-	kind int
-	raw  []byte
+	kind    int
+	raw     []byte
+	child   *ObjectEditor
+	created bool
 }
 
 type addedMember struct {
@@ -29,12 +33,13 @@ type addedMember struct {
 	child *ObjectEditor // a created nested object, rendered at flush
 }
 
-// objectEditor state lives in ObjectEditor; these fields are kept unexported.
+// objState is an ObjectEditor's pending work. Existing members are known
+// by index and added ones by name; no name is ever used as a marker (a
+// client's key may be any string, NUL bytes included).
 type objState struct {
-	ops      []memberOp      // per existing member
-	children []*ObjectEditor // nested editors on existing members
-	added    []addedMember
-	flushed  bool
+	ops     []memberOp // per existing member
+	added   []addedMember
+	flushed bool
 }
 
 func (oe *ObjectEditor) st() *objState {
@@ -52,6 +57,7 @@ func (oe *ObjectEditor) st() *objState {
 
 func (oe *ObjectEditor) set(key string, raw []byte) {
 	s := oe.st()
+	key = normName(key)
 	if oe.o != nil {
 		if i := oe.o.find(key); i >= 0 {
 			s.ops[i] = memberOp{kind: opSet, raw: raw}
@@ -75,6 +81,7 @@ func (oe *ObjectEditor) setIfPresent(key string, raw []byte) {
 
 func (oe *ObjectEditor) del(key string) {
 	s := oe.st()
+	key = normName(key)
 	if oe.o != nil {
 		if i := oe.o.find(key); i >= 0 {
 			s.ops[i] = memberOp{kind: opDelete}
@@ -90,8 +97,13 @@ func (oe *ObjectEditor) del(key string) {
 
 func (oe *ObjectEditor) object(key string) (*ObjectEditor, bool) {
 	s := oe.st()
+	key = normName(key)
 	if oe.o != nil {
 		if i := oe.o.find(key); i >= 0 {
+			op := &s.ops[i]
+			if op.child != nil && (op.kind == opNone || op.created) {
+				return op.child, true // the same editor for the same member
+			}
 			m := oe.o.Members[i]
 			switch oe.o.Buf[m.ValStart] {
 			case '{':
@@ -100,12 +112,11 @@ func (oe *ObjectEditor) object(key string) (*ObjectEditor, bool) {
 					return nil, false
 				}
 				child := &ObjectEditor{e: oe.e, o: sub}
-				s.children = append(s.children, child)
+				*op = memberOp{child: child}
 				return child, true
 			case 'n': // null: replaced by a created object
 				child := &ObjectEditor{}
-				s.ops[i] = memberOp{kind: opSet}
-				s.added = append(s.added, addedMember{key: "\x00" + strconv.Itoa(i), child: child})
+				*op = memberOp{kind: opSet, child: child, created: true}
 				return child, true
 			default:
 				return nil, false
@@ -118,7 +129,12 @@ func (oe *ObjectEditor) object(key string) (*ObjectEditor, bool) {
 		}
 	}
 	child := &ObjectEditor{}
-	s.added = append(s.added, addedMember{key: key, child: child})
+	oe.set(key, nil)
+	for i := range s.added {
+		if s.added[i].key == key {
+			s.added[i].child = child
+		}
+	}
 	return child, true
 }
 
@@ -150,28 +166,23 @@ func (oe *ObjectEditor) flush() {
 	}
 	s.flushed = true
 	e, o := oe.e, oe.o
-	// Nulls replaced by created objects: resolve their values first.
-	var adds []addedMember
-	for _, a := range s.added {
-		if len(a.key) > 0 && a.key[0] == 0 {
-			i, _ := strconv.Atoi(a.key[1:])
-			s.ops[i] = memberOp{kind: opSet, raw: a.child.render()}
-			continue
-		}
-		adds = append(adds, a)
-	}
-	for _, c := range s.children {
-		c.flush()
-	}
 	n := len(o.Members)
 	lastKept := -1
 	for i := 0; i < n; i++ {
-		switch s.ops[i].kind {
+		op := &s.ops[i]
+		switch op.kind {
 		case opSet:
+			raw := op.raw
+			if op.created {
+				raw = op.child.render()
+			}
 			m := o.Members[i]
-			e.splice(m.ValStart, m.ValEnd, s.ops[i].raw)
+			e.splice(m.ValStart, m.ValEnd, raw)
 			lastKept = i
 		case opNone:
+			if op.child != nil {
+				op.child.flush()
+			}
 			lastKept = i
 		}
 	}
@@ -195,7 +206,7 @@ func (oe *ObjectEditor) flush() {
 		}
 		i = j
 	}
-	if len(adds) == 0 {
+	if len(s.added) == 0 {
 		return
 	}
 	var ins []byte
@@ -205,7 +216,7 @@ func (oe *ObjectEditor) flush() {
 	} else {
 		at = o.Start + 1
 	}
-	for i, a := range adds {
+	for i, a := range s.added {
 		if i > 0 || lastKept >= 0 {
 			ins = append(ins, ',')
 		}

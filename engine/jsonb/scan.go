@@ -27,6 +27,12 @@ var ErrNotObject = errors.New("JSON body is not an object")
 type scanner struct {
 	b     []byte
 	depth int
+	// dups turns on duplicate-name detection (Parse, ObjectAt); dupAt is
+	// the first repeated key's opening quote, -1 for none. The scan goes on
+	// after a duplicate so that a syntax error anywhere still wins.
+	dups  bool
+	dupAt int
+	keys  keyStack
 }
 
 func (s *scanner) fail(i int, msg string) error { return &SyntaxError{Offset: i, Msg: msg} }
@@ -190,7 +196,8 @@ func (s *scanner) object(i int, members *[]Member) (int, error) {
 	if s.depth++; s.depth > maxDepth {
 		return i, s.fail(i, "nesting too deep")
 	}
-	defer func() { s.depth-- }()
+	names := memberSet{base: s.keys.n}
+	defer func() { s.depth--; s.keys.n = names.base }()
 	i = s.ws(i + 1)
 	if i < len(s.b) && s.b[i] == '}' {
 		return i + 1, nil
@@ -203,6 +210,9 @@ func (s *scanner) object(i int, members *[]Member) (int, error) {
 		ke, err := s.str(i)
 		if err != nil {
 			return ke, err
+		}
+		if s.dups && names.add(&s.keys, s.b, ks, ke) && s.dupAt < 0 {
+			s.dupAt = ks
 		}
 		i = s.ws(ke)
 		if i >= len(s.b) || s.b[i] != ':' {
@@ -270,22 +280,30 @@ func (s *scanner) array(i int, elems *[][2]int) (int, error) {
 	}
 }
 
-// unquoteKey returns the key's text; escapes are rare and go the slow way.
+// unquoteKey returns a key's text as encoding/json decodes it: escapes
+// resolved, each invalid UTF-8 byte and lone surrogate as U+FFFD. Keys
+// that need neither (nearly all) are a plain conversion.
 func unquoteKey(q []byte) string {
-	for _, c := range q[1 : len(q)-1] {
-		if c == '\\' {
-			var s string
-			if json.Unmarshal(q, &s) == nil {
-				return s
-			}
-			break
-		}
+	if plainKey(q) {
+		return string(q[1 : len(q)-1])
 	}
-	return string(q[1 : len(q)-1])
+	if s, ok := unquoteString(q); ok {
+		return s
+	}
+	return string(q[1 : len(q)-1]) // not reached for a string the scanner accepted
+}
+
+// unquoteString decodes a quoted JSON string the way encoding/json does.
+func unquoteString(q []byte) (string, bool) {
+	var s string
+	if json.Unmarshal(q, &s) != nil {
+		return "", false
+	}
+	return s, true
 }
 
 func parse(buf []byte) (*Object, error) {
-	s := scanner{b: buf}
+	s := scanner{b: buf, dups: true, dupAt: -1}
 	i := s.ws(0)
 	if i >= len(buf) {
 		return nil, s.fail(i, "empty body")
@@ -305,6 +323,9 @@ func parse(buf []byte) (*Object, error) {
 	if j := s.ws(end); j != len(buf) {
 		return nil, s.fail(j, "trailing data after JSON value")
 	}
+	if s.dupAt >= 0 {
+		return nil, duplicateAt(buf, i, s.dupAt)
+	}
 	if buf[i] != '{' {
 		return nil, ErrNotObject
 	}
@@ -313,7 +334,7 @@ func parse(buf []byte) (*Object, error) {
 }
 
 func objectAt(buf []byte, start int) (*Object, error) {
-	s := scanner{b: buf}
+	s := scanner{b: buf, dups: true, dupAt: -1}
 	if start < 0 || start >= len(buf) || buf[start] != '{' {
 		return nil, ErrNotObject
 	}
@@ -321,6 +342,9 @@ func objectAt(buf []byte, start int) (*Object, error) {
 	end, err := s.object(start, &o.Members)
 	if err != nil {
 		return nil, err
+	}
+	if s.dupAt >= 0 {
+		return nil, duplicateAt(buf, start, s.dupAt)
 	}
 	o.End = end
 	return o, nil
@@ -336,7 +360,9 @@ func elements(buf []byte, start int) ([][2]int, error) {
 	return out, err
 }
 
-// Valid reports whether buf is one valid JSON value (surrounding whitespace allowed).
+// Valid reports whether buf is one valid JSON value (surrounding whitespace
+// allowed): syntax only, exactly as encoding/json's Valid, so duplicate
+// member names pass here (Parse and ObjectAt refuse them).
 func Valid(buf []byte) bool {
 	s := scanner{b: buf}
 	i := s.ws(0)
@@ -345,6 +371,7 @@ func Valid(buf []byte) bool {
 }
 
 func (o *Object) find(key string) int {
+	key = normName(key)
 	for i := range o.Members {
 		if o.Members[i].Key == key {
 			return i

@@ -3,7 +3,7 @@ package mm
 import (
 	"fmt"
 
-	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/jsonb"
 )
 
 // nullJSON is the kwargs of a cache-hit item: JSON null, never "".
@@ -22,21 +22,22 @@ type featureRules struct {
 // (mm_hashes, then mm_placeholders, then kwargs_data). nTokens is len(T):
 // every placeholder span must lie inside it. Errors are messages with the
 // JSON path; callers give them a kind.
-func parseFeatures(buf []byte, fs, fe, nTokens int, r featureRules) ([]engine.MediaItem, error) {
+func parseFeatures(buf []byte, fs, fe, nTokens int, r featureRules) ([]MediaItem, error) {
 	switch buf[fs] {
 	case 'n':
 		return nil, nil
 	case '{':
 	default:
-		return nil, fmt.Errorf("features: must be an object or null, got %s", kindOf(buf[fs:fe]))
+		return nil, fmt.Errorf("features: must be an object or null, got %s", jsonb.KindOf(buf[fs:fe]))
 	}
 	var sec [3]int // value offsets of mm_hashes, mm_placeholders, kwargs_data; -1 absent/null
 	sec = [3]int{-1, -1, -1}
 	names := [3]string{"mm_hashes", "mm_placeholders", "kwargs_data"}
 	var bad error
-	_ = eachMember(buf, fs, func(k []byte, vs, ve int) bool {
+	_ = jsonb.EachMember(buf, fs, func(f jsonb.Field) bool {
+		vs, ve := f.ValStart, f.ValEnd
 		for i, n := range names {
-			if !keyIs(k, n) {
+			if !f.KeyIs(n) {
 				continue
 			}
 			switch buf[vs] {
@@ -45,7 +46,7 @@ func parseFeatures(buf []byte, fs, fe, nTokens int, r featureRules) ([]engine.Me
 			case '{':
 				sec[i] = vs
 			default:
-				bad = fmt.Errorf("features.%s: must be an object, got %s", n, kindOf(buf[vs:ve]))
+				bad = fmt.Errorf("features.%s: must be an object, got %s", n, jsonb.KindOf(buf[vs:ve]))
 				return false
 			}
 		}
@@ -59,8 +60,8 @@ func parseFeatures(buf []byte, fs, fe, nTokens int, r featureRules) ([]engine.Me
 		if s < 0 {
 			continue
 		}
-		_ = eachMember(buf, s, func(k []byte, _, _ int) bool {
-			name, _ := stringValue(k)
+		_ = jsonb.EachMember(buf, s, func(f jsonb.Field) bool {
+			name, _ := jsonb.Unquote(f.RawKey)
 			m := string(name)
 			for _, have := range mods {
 				if have == m {
@@ -71,7 +72,7 @@ func parseFeatures(buf []byte, fs, fe, nTokens int, r featureRules) ([]engine.Me
 			return true
 		})
 	}
-	var items []engine.MediaItem
+	var items []MediaItem
 	for _, m := range mods {
 		hashes, err := hashList(buf, sec[0], m)
 		if err != nil {
@@ -99,7 +100,7 @@ func parseFeatures(buf []byte, fs, fe, nTokens int, r featureRules) ([]engine.Me
 			return nil, fmt.Errorf("features.kwargs_data.%s: has %d entries, mm_hashes.%s has %d", m, len(kw), m, len(hashes))
 		}
 		for k, h := range hashes {
-			it := engine.MediaItem{
+			it := MediaItem{
 				Index: len(items), Modality: m, Part: k,
 				Hash: h, Offset: spans[k][0], Length: spans[k][1],
 				Kwargs: nullJSON, HasFeatures: true,
@@ -118,12 +119,12 @@ func modArray(buf []byte, sec int, sname, m string) (start int, ok bool, err err
 	if sec < 0 {
 		return 0, false, nil
 	}
-	vs, ve, found := lookup(buf, sec, m)
+	vs, ve, found := jsonb.Lookup(buf, sec, m)
 	if !found || buf[vs] == 'n' {
 		return 0, false, nil
 	}
 	if buf[vs] != '[' {
-		return 0, false, fmt.Errorf("features.%s.%s: must be an array, got %s", sname, m, kindOf(buf[vs:ve]))
+		return 0, false, fmt.Errorf("features.%s.%s: must be an array, got %s", sname, m, jsonb.KindOf(buf[vs:ve]))
 	}
 	return vs, true, nil
 }
@@ -135,10 +136,10 @@ func hashList(buf []byte, sec int, m string) ([]string, error) {
 	}
 	var out []string
 	var bad error
-	_ = eachElem(buf, start, func(vs, ve int) bool {
-		s, ok := stringValue(buf[vs:ve])
+	_ = jsonb.EachElement(buf, start, func(vs, ve int) bool {
+		s, ok := jsonb.Unquote(buf[vs:ve])
 		if !ok {
-			bad = fmt.Errorf("features.mm_hashes.%s[%d]: must be a string, got %s", m, len(out), kindOf(buf[vs:ve]))
+			bad = fmt.Errorf("features.mm_hashes.%s[%d]: must be a string, got %s", m, len(out), jsonb.KindOf(buf[vs:ve]))
 			return false
 		}
 		out = append(out, string(s))
@@ -156,15 +157,15 @@ func spanList(buf []byte, sec int, m string, nTokens int) ([][2]int, error) {
 	}
 	var out [][2]int
 	var bad error
-	_ = eachElem(buf, start, func(vs, ve int) bool {
+	_ = jsonb.EachElement(buf, start, func(vs, ve int) bool {
 		path := fmt.Sprintf("features.mm_placeholders.%s[%d]", m, len(out))
 		if buf[vs] != '{' {
-			bad = fmt.Errorf("%s: must be an object with offset and length, got %s", path, kindOf(buf[vs:ve]))
+			bad = fmt.Errorf("%s: must be an object with offset and length, got %s", path, jsonb.KindOf(buf[vs:ve]))
 			return false
 		}
 		var v [2]int64
 		for i, f := range [2]string{"offset", "length"} {
-			fs, fe, found := lookup(buf, vs, f)
+			fs, fe, found := jsonb.Lookup(buf, vs, f)
 			if !found {
 				bad = fmt.Errorf("%s.%s: required", path, f)
 				return false
@@ -204,25 +205,25 @@ func kwargsList(buf []byte, sec int, m string) ([][]byte, int, error) {
 	if sec < 0 {
 		return nil, kwAbsent, nil
 	}
-	vs, ve, found := lookup(buf, sec, m)
+	vs, ve, found := jsonb.Lookup(buf, sec, m)
 	switch {
 	case !found:
 		return nil, kwAbsent, nil
 	case buf[vs] == 'n':
 		return nil, kwNull, nil
 	case buf[vs] != '[':
-		return nil, kwAbsent, fmt.Errorf("features.kwargs_data.%s: must be an array, got %s", m, kindOf(buf[vs:ve]))
+		return nil, kwAbsent, fmt.Errorf("features.kwargs_data.%s: must be an array, got %s", m, jsonb.KindOf(buf[vs:ve]))
 	}
 	var out [][]byte
 	var bad error
-	_ = eachElem(buf, vs, func(es, ee int) bool {
+	_ = jsonb.EachElement(buf, vs, func(es, ee int) bool {
 		switch buf[es] {
 		case '"':
 			out = append(out, buf[es:ee:ee])
 		case 'n':
 			out = append(out, nullJSON)
 		default:
-			bad = fmt.Errorf("features.kwargs_data.%s[%d]: must be a string or null, got %s", m, len(out), kindOf(buf[es:ee]))
+			bad = fmt.Errorf("features.kwargs_data.%s[%d]: must be a string or null, got %s", m, len(out), jsonb.KindOf(buf[es:ee]))
 			return false
 		}
 		return true

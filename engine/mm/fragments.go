@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/jsonb"
 )
 
@@ -19,7 +18,7 @@ import (
 //
 // It is nil when T is unknown (the leg then carries no `tokens`), and has
 // `features` only when some item has features; kwargs_data never appears.
-func ChatTokensJSON(t engine.Tokens, media []engine.MediaItem) []byte {
+func ChatTokensJSON(t Tokens, media []MediaItem) []byte {
 	if !t.Known {
 		return nil
 	}
@@ -40,7 +39,7 @@ func ChatTokensJSON(t engine.Tokens, media []engine.MediaItem) []byte {
 // item's kwargs as received, JSON null for a cache hit). It is nil when no
 // item has features. Generate-format prefill passes withKwargs true; chat
 // legs pass false.
-func FeaturesJSON(media []engine.MediaItem, withKwargs bool) []byte {
+func FeaturesJSON(media []MediaItem, withKwargs bool) []byte {
 	var mods []string
 	n := 0
 	for i := range media {
@@ -58,11 +57,11 @@ func FeaturesJSON(media []engine.MediaItem, withKwargs bool) []byte {
 	}
 	out := make([]byte, 0, n+64)
 	out = append(out, `{"mm_hashes":`...)
-	out = section(out, media, mods, func(b []byte, it *engine.MediaItem) []byte {
+	out = section(out, media, mods, func(b []byte, it *MediaItem) []byte {
 		return jsonb.AppendQuote(b, it.Hash)
 	})
 	out = append(out, `,"mm_placeholders":`...)
-	out = section(out, media, mods, func(b []byte, it *engine.MediaItem) []byte {
+	out = section(out, media, mods, func(b []byte, it *MediaItem) []byte {
 		return appendSpan(b, it.Offset, it.Length)
 	})
 	if withKwargs {
@@ -82,7 +81,7 @@ func addMod(mods []string, m string) []string {
 }
 
 // section writes {"<m>":[entry,…],…} over the items with features.
-func section(out []byte, media []engine.MediaItem, mods []string, entry func([]byte, *engine.MediaItem) []byte) []byte {
+func section(out []byte, media []MediaItem, mods []string, entry func([]byte, *MediaItem) []byte) []byte {
 	out = append(out, '{')
 	for mi, m := range mods {
 		if mi > 0 {
@@ -115,7 +114,7 @@ func appendSpan(b []byte, off, length int) []byte {
 	return append(b, '}')
 }
 
-func appendKwargs(b []byte, it *engine.MediaItem) []byte {
+func appendKwargs(b []byte, it *MediaItem) []byte {
 	if len(it.Kwargs) == 0 {
 		return append(b, nullJSON...)
 	}
@@ -126,7 +125,7 @@ func appendKwargs(b []byte, it *engine.MediaItem) []byte {
 // (PROTOCOL 6, ACCEPTANCE 124): [T[0]] followed by Length copies of
 // T[Offset] — BOS, then the model's placeholder token. It fails when the
 // item has no features or its span is outside T.
-func ItemTokensJSON(t engine.Tokens, it *engine.MediaItem) ([]byte, error) {
+func ItemTokensJSON(t Tokens, it *MediaItem) ([]byte, error) {
 	if !t.Known || len(t.IDs) == 0 {
 		return nil, fmt.Errorf("the prompt's token ids are unknown")
 	}
@@ -152,7 +151,7 @@ func ItemTokensJSON(t engine.Tokens, it *engine.MediaItem) ([]byte, error) {
 // hash and the placeholder {offset:1,length:n} (the span right after BOS in
 // ItemTokensJSON), plus its kwargs when withKwargs (generate format; null
 // for a cache hit).
-func ItemFeaturesJSON(it *engine.MediaItem, withKwargs bool) []byte {
+func ItemFeaturesJSON(it *MediaItem, withKwargs bool) []byte {
 	m := jsonb.Quote(it.Modality)
 	out := make([]byte, 0, 96+len(it.Hash)+2*len(m)+len(it.Kwargs))
 	out = append(out, `{"mm_hashes":{`...)
@@ -176,7 +175,7 @@ func ItemFeaturesJSON(it *engine.MediaItem, withKwargs bool) []byte {
 
 // ItemChatTokensJSON is the chat-format `tokens` value of one item's encode
 // sub-request: {"token_ids":ItemTokensJSON,"features":ItemFeaturesJSON(no kwargs)}.
-func ItemChatTokensJSON(t engine.Tokens, it *engine.MediaItem) ([]byte, error) {
+func ItemChatTokensJSON(t Tokens, it *MediaItem) ([]byte, error) {
 	ids, err := ItemTokensJSON(t, it)
 	if err != nil {
 		return nil, err

@@ -3,24 +3,22 @@ package mm
 import (
 	"encoding/json"
 	"testing"
-
-	"github.com/celflow/celflow/engine"
 )
 
 func TestChatTokensJSON(t *testing.T) {
-	tok := engine.Tokens{Known: true, IDs: []int64{1, 9000, 9000, 9000, 17, 18}, JSON: []byte(`[1,9000,9000,9000,17,18]`)}
-	img := engine.MediaItem{Modality: "image", Hash: "h0", Offset: 1, Length: 3, Kwargs: []byte(`"KW"`), HasFeatures: true}
+	tok := Tokens{Known: true, IDs: []int64{1, 9000, 9000, 9000, 17, 18}, JSON: []byte(`[1,9000,9000,9000,17,18]`)}
+	img := MediaItem{Modality: "image", Hash: "h0", Offset: 1, Length: 3, Kwargs: []byte(`"KW"`), HasFeatures: true}
 	cases := []struct {
 		name  string
-		tok   engine.Tokens
-		media []engine.MediaItem
+		tok   Tokens
+		media []MediaItem
 		want  string
 	}{
-		{"unknown T", engine.Tokens{}, []engine.MediaItem{img}, ""},
+		{"unknown T", Tokens{}, []MediaItem{img}, ""},
 		{"text only", tok, nil, `{"token_ids":[1,9000,9000,9000,17,18]}`},
-		{"items without features", tok, []engine.MediaItem{{Modality: "image"}}, `{"token_ids":[1,9000,9000,9000,17,18]}`},
-		{"one image, no kwargs", tok, []engine.MediaItem{img}, `{"token_ids":[1,9000,9000,9000,17,18],"features":{"mm_hashes":{"image":["h0"]},"mm_placeholders":{"image":[{"offset":1,"length":3}]}}}`},
-		{"ids without JSON", engine.Tokens{Known: true, IDs: []int64{1, 2}}, nil, `{"token_ids":[1,2]}`},
+		{"items without features", tok, []MediaItem{{Modality: "image"}}, `{"token_ids":[1,9000,9000,9000,17,18]}`},
+		{"one image, no kwargs", tok, []MediaItem{img}, `{"token_ids":[1,9000,9000,9000,17,18],"features":{"mm_hashes":{"image":["h0"]},"mm_placeholders":{"image":[{"offset":1,"length":3}]}}}`},
+		{"ids without JSON", Tokens{Known: true, IDs: []int64{1, 2}}, nil, `{"token_ids":[1,2]}`},
 	}
 	for _, c := range cases {
 		got := ChatTokensJSON(c.tok, c.media)
@@ -31,7 +29,7 @@ func TestChatTokensJSON(t *testing.T) {
 }
 
 func TestFeaturesJSON(t *testing.T) {
-	media := []engine.MediaItem{
+	media := []MediaItem{
 		{Modality: "video", Hash: "v0", Offset: 5, Length: 2, Kwargs: []byte(`"V"`), HasFeatures: true},
 		{Modality: "image", Hash: "i\"0", Offset: 1, Length: 3, Kwargs: []byte(`null`), HasFeatures: true},
 		{Modality: "image", Hash: "i1", Offset: 8, Length: 1, HasFeatures: true},
@@ -41,7 +39,7 @@ func TestFeaturesJSON(t *testing.T) {
 	if got := FeaturesJSON(media, true); string(got) != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
-	if FeaturesJSON(nil, true) != nil || FeaturesJSON([]engine.MediaItem{{Modality: "image"}}, false) != nil {
+	if FeaturesJSON(nil, true) != nil || FeaturesJSON([]MediaItem{{Modality: "image"}}, false) != nil {
 		t.Error("features without items")
 	}
 	if !json.Valid(FeaturesJSON(media, false)) {
@@ -51,13 +49,13 @@ func TestFeaturesJSON(t *testing.T) {
 
 // ACCEPTANCE 124
 func TestItemTokens(t *testing.T) {
-	tok := engine.Tokens{Known: true, IDs: []int64{1, 9000, 9000, 9000, 17, 18, 7000, 7000}}
-	it := engine.MediaItem{Modality: "image", Hash: "h0", Offset: 1, Length: 3, Kwargs: []byte(`"KW"`), HasFeatures: true}
+	tok := Tokens{Known: true, IDs: []int64{1, 9000, 9000, 9000, 17, 18, 7000, 7000}}
+	it := MediaItem{Modality: "image", Hash: "h0", Offset: 1, Length: 3, Kwargs: []byte(`"KW"`), HasFeatures: true}
 	ids, err := ItemTokensJSON(tok, &it)
 	if err != nil || string(ids) != `[1,9000,9000,9000]` {
 		t.Fatalf("ids %s err %v", ids, err)
 	}
-	it2 := engine.MediaItem{Modality: "image", Hash: "h1", Offset: 6, Length: 2, HasFeatures: true}
+	it2 := MediaItem{Modality: "image", Hash: "h1", Offset: 6, Length: 2, HasFeatures: true}
 	if ids, _ := ItemTokensJSON(tok, &it2); string(ids) != `[1,7000,7000]` {
 		t.Errorf("second item ids %s", ids)
 	}
@@ -71,12 +69,12 @@ func TestItemTokens(t *testing.T) {
 	if err != nil || string(chat) != `{"token_ids":[1,9000,9000,9000],"features":{"mm_hashes":{"image":["h0"]},"mm_placeholders":{"image":[{"offset":1,"length":3}]}}}` {
 		t.Errorf("chat tokens %s err %v", chat, err)
 	}
-	for _, bad := range []engine.MediaItem{{Modality: "image"}, {Modality: "image", Offset: 8, Length: 0, HasFeatures: true}, {Modality: "image", Offset: 7, Length: 2, HasFeatures: true}} {
+	for _, bad := range []MediaItem{{Modality: "image"}, {Modality: "image", Offset: 8, Length: 0, HasFeatures: true}, {Modality: "image", Offset: 7, Length: 2, HasFeatures: true}} {
 		if _, err := ItemTokensJSON(tok, &bad); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}
 	}
-	if _, err := ItemTokensJSON(engine.Tokens{}, &it); err == nil {
+	if _, err := ItemTokensJSON(Tokens{}, &it); err == nil {
 		t.Error("unknown T accepted")
 	}
 }

@@ -1,7 +1,8 @@
 package mm
 
 import (
-	"github.com/celflow/celflow/engine"
+	"errors"
+
 	"github.com/celflow/celflow/engine/jsonb"
 )
 
@@ -9,24 +10,29 @@ import (
 // 1.5, 4.4) and returns T and the items its features describe, so every leg
 // uses the client's own tokens and features whether or not a render node
 // runs. obj is body's top-level index (jsonb.Parse); nil parses body here.
-// Every failure is KindInvalidRequest (400) with the field's path, except a
-// body that is not a JSON object (KindInvalidJSON).
+// Every failure is an *Error of kind BadRequest with the field's path,
+// except a body that is not a JSON object (NotJSON) and one with a repeated
+// member name (the *jsonb.DuplicateKeyError itself).
 //
 // T.JSON aliases the client's token_ids bytes (no re-encoding); each item's
 // Kwargs aliases its kwargs_data entry, or is JSON null for a cache hit.
-func ParseGenerate(body []byte, obj *jsonb.Object) (engine.Tokens, []engine.MediaItem, *engine.Error) {
+func ParseGenerate(body []byte, obj *jsonb.Object) (Tokens, []MediaItem, error) {
 	if obj == nil {
 		var err error
 		if obj, err = jsonb.Parse(body); err != nil {
-			e := engine.Errorf(engine.KindInvalidJSON, "request body must be a JSON object")
+			var dup *jsonb.DuplicateKeyError
+			if errors.As(err, &dup) {
+				return Tokens{}, nil, dup
+			}
+			e := errorf(NotJSON, "request body must be a JSON object")
 			e.Cause = err
-			return engine.Tokens{}, nil, e
+			return Tokens{}, nil, e
 		}
 	}
-	fail := func(format string, args ...any) (engine.Tokens, []engine.MediaItem, *engine.Error) {
-		return engine.Tokens{}, nil, engine.Errorf(engine.KindInvalidRequest, format, args...)
+	fail := func(format string, args ...any) (Tokens, []MediaItem, error) {
+		return Tokens{}, nil, errorf(BadRequest, format, args...)
 	}
-	i := lastMember(obj, "token_ids")
+	i := obj.Find("token_ids")
 	if i < 0 {
 		return fail("token_ids: required")
 	}
@@ -35,20 +41,20 @@ func ParseGenerate(body []byte, obj *jsonb.Object) (engine.Tokens, []engine.Medi
 	if err != nil {
 		return fail("token_ids%s", pathErr(err))
 	}
-	if i := lastMember(obj, "sampling_params"); i >= 0 {
+	if i := obj.Find("sampling_params"); i >= 0 {
 		m := obj.Members[i]
 		switch body[m.ValStart] {
 		case 'n':
 		case '{':
-			if es, ee, ok := lookup(body, m.ValStart, "extra_args"); ok && body[es] != '{' && body[es] != 'n' {
-				return fail("sampling_params.extra_args: must be an object or null, got %s", kindOf(body[es:ee]))
+			if es, ee, ok := jsonb.Lookup(body, m.ValStart, "extra_args"); ok && body[es] != '{' && body[es] != 'n' {
+				return fail("sampling_params.extra_args: must be an object or null, got %s", jsonb.KindOf(body[es:ee]))
 			}
 		default:
-			return fail("sampling_params: must be an object or null, got %s", kindOf(body[m.ValStart:m.ValEnd]))
+			return fail("sampling_params: must be an object or null, got %s", jsonb.KindOf(body[m.ValStart:m.ValEnd]))
 		}
 	}
-	t := engine.Tokens{Known: true, IDs: ids, JSON: raw[:len(raw):len(raw)]}
-	i = lastMember(obj, "features")
+	t := Tokens{Known: true, IDs: ids, JSON: raw[:len(raw):len(raw)]}
+	i = obj.Find("features")
 	if i < 0 {
 		return t, nil, nil
 	}

@@ -3,8 +3,6 @@ package mm
 import (
 	"strings"
 	"testing"
-
-	"github.com/celflow/celflow/engine"
 )
 
 func TestParseTokenIDs(t *testing.T) {
@@ -39,7 +37,7 @@ func TestParseGenerateOK(t *testing.T) {
 		name   string
 		body   string
 		ntok   int
-		items  []engine.MediaItem
+		items  []MediaItem
 		tokens string
 	}{
 		{"text only", `{"model":"m","token_ids":[1, 2,3],"sampling_params":{"max_tokens":5}}`, 3, nil, `[1, 2,3]`},
@@ -47,16 +45,16 @@ func TestParseGenerateOK(t *testing.T) {
 		// ACCEPTANCE 103: extra_args may be an object.
 		{"extra_args object", `{"token_ids":[1,2],"sampling_params":{"temperature":0.2,"extra_args":{"k":[1]}}}`, 2, nil, `[1,2]`},
 		{"one image, no kwargs: cache hit", `{"token_ids":[1,9,9,9,17],"features":{"mm_hashes":{"image":["h0"]},"mm_placeholders":{"image":[{"offset":1,"length":3}]}}}`, 5,
-			[]engine.MediaItem{{Index: 0, Modality: "image", Part: 0, Hash: "h0", Offset: 1, Length: 3, Kwargs: []byte("null"), HasFeatures: true}}, ""},
+			[]MediaItem{{Index: 0, Modality: "image", Part: 0, Hash: "h0", Offset: 1, Length: 3, Kwargs: []byte("null"), HasFeatures: true}}, ""},
 		{"two images, mixed kwargs", `{"token_ids":[1,9,9,8,8,8],"sampling_params":{"extra_args":null},"features":{"mm_hashes":{"image":["a","b"]},` +
 			`"mm_placeholders":{"image":[{"offset":1,"length":2},{"offset":3,"length":3,"is_embed":null}]},"kwargs_data":{"image":["QUJD",null]}}}`, 6,
-			[]engine.MediaItem{
+			[]MediaItem{
 				{Index: 0, Modality: "image", Part: 0, Hash: "a", Offset: 1, Length: 2, Kwargs: []byte(`"QUJD"`), HasFeatures: true},
 				{Index: 1, Modality: "image", Part: 1, Hash: "b", Offset: 3, Length: 3, Kwargs: []byte("null"), HasFeatures: true},
 			}, ""},
 		{"image and video, empty modality", `{"token_ids":[1,2,3,4],"features":{"mm_hashes":{"video":["v"],"image":["i"],"audio":[]},` +
 			`"mm_placeholders":{"image":[{"offset":0,"length":4}],"video":[{"offset":3,"length":0}],"audio":[]}}}`, 4,
-			[]engine.MediaItem{
+			[]MediaItem{
 				{Index: 0, Modality: "video", Part: 0, Hash: "v", Offset: 3, Length: 0, Kwargs: []byte("null"), HasFeatures: true},
 				{Index: 1, Modality: "image", Part: 0, Hash: "i", Offset: 0, Length: 4, Kwargs: []byte("null"), HasFeatures: true},
 			}, ""},
@@ -132,11 +130,8 @@ func TestParseGenerateRejects(t *testing.T) {
 			if err == nil {
 				t.Fatal("accepted")
 			}
-			if err.Kind != engine.KindInvalidRequest || err.HTTPStatus() != 400 || err.Code() != "invalid_request" {
-				t.Errorf("kind %v status %d", err.Kind, err.HTTPStatus())
-			}
-			if !strings.Contains(err.Msg, c.msg) {
-				t.Errorf("message %q lacks %q", err.Msg, c.msg)
+			if e := asErr(err); e.Kind != BadRequest || !strings.Contains(e.Msg, c.msg) {
+				t.Errorf("err %v (kind %v), want BadRequest with %q", err, e.Kind, c.msg)
 			}
 		})
 	}
@@ -156,7 +151,7 @@ func TestParseGenerateSpans(t *testing.T) {
 
 func TestParseGenerateNotObject(t *testing.T) {
 	_, _, err := ParseGenerate([]byte(`[1]`), nil)
-	if err == nil || err.Kind != engine.KindInvalidJSON {
+	if err == nil || asErr(err).Kind != NotJSON {
 		t.Fatalf("err %v", err)
 	}
 }

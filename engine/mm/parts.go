@@ -6,7 +6,6 @@
 package mm
 
 import (
-	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/jsonb"
 )
 
@@ -70,12 +69,18 @@ func ScanParts(body []byte, obj *jsonb.Object) ([]PartRef, error) {
 	var ms int
 	var ok bool
 	if obj != nil {
-		if i := lastMember(obj, "messages"); i >= 0 {
+		if i := obj.Find("messages"); i >= 0 {
 			ms, ok = obj.Members[i].ValStart, true
 		}
 	} else {
-		var err error
-		if ms, _, ok, err = lookupErr(body, ws(body, 0), "messages"); err != nil {
+		err := jsonb.EachMember(body, jsonb.SkipWS(body, 0), func(f jsonb.Field) bool {
+			if f.KeyIs("messages") {
+				ms, ok = f.ValStart, true
+				return false
+			}
+			return true
+		})
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -84,15 +89,15 @@ func ScanParts(body []byte, obj *jsonb.Object) ([]PartRef, error) {
 	}
 	var parts []PartRef
 	var counts [3]int
-	err := eachElem(body, ms, func(msgS, _ int) bool {
+	err := jsonb.EachElement(body, ms, func(msgS, _ int) bool {
 		if body[msgS] != '{' {
 			return true
 		}
-		cs, _, ok := lookup(body, msgS, "content")
+		cs, _, ok := jsonb.Lookup(body, msgS, "content")
 		if !ok || body[cs] != '[' {
 			return true
 		}
-		_ = eachElem(body, cs, func(ps, pe int) bool {
+		_ = jsonb.EachElement(body, cs, func(ps, pe int) bool {
 			if p, ok := scanPart(body, ps, pe); ok {
 				m := modalityIndex(p.Modality)
 				p.Part = counts[m]
@@ -110,15 +115,6 @@ func ScanParts(body []byte, obj *jsonb.Object) ([]PartRef, error) {
 	return parts, nil
 }
 
-func lastMember(o *jsonb.Object, key string) int {
-	for i := len(o.Members) - 1; i >= 0; i-- {
-		if o.Members[i].Key == key {
-			return i
-		}
-	}
-	return -1
-}
-
 func modalityIndex(m string) int {
 	switch m {
 	case Video:
@@ -130,22 +126,26 @@ func modalityIndex(m string) int {
 }
 
 // scanPart recognises one media part object at [ps,pe). One walk over the
-// part's members finds "type" and every candidate payload member (the last
-// occurrence of a key wins), so a large inline payload is skipped once here.
+// part's members finds "type" and every candidate payload member, so a
+// large inline payload is skipped once here. Names are unique (the front's
+// jsonb.Parse refused repeats); on bytes nobody checked, the first wins, as
+// everywhere in jsonb.
 func scanPart(body []byte, ps, pe int) (PartRef, bool) {
 	if body[ps] != '{' {
 		return PartRef{}, false
 	}
 	var ts, te int
 	var obj [4][2]int // image_url, video_url, audio_url, input_audio values
-	_ = eachMember(body, ps, func(k []byte, vs, ve int) bool {
-		if keyIs(k, "type") {
-			ts, te = vs, ve
+	_ = jsonb.EachMember(body, ps, func(f jsonb.Field) bool {
+		if f.KeyIs("type") {
+			if te == 0 {
+				ts, te = f.ValStart, f.ValEnd
+			}
 			return true
 		}
 		for i, name := range partTypes {
-			if keyIs(k, name) {
-				obj[i] = [2]int{vs, ve}
+			if obj[i][1] == 0 && f.KeyIs(name) {
+				obj[i] = [2]int{f.ValStart, f.ValEnd}
 			}
 		}
 		return true
@@ -153,7 +153,7 @@ func scanPart(body []byte, ps, pe int) (PartRef, bool) {
 	if te == 0 {
 		return PartRef{}, false
 	}
-	t, ok := stringValue(body[ts:te])
+	t, ok := jsonb.Unquote(body[ts:te])
 	if !ok {
 		return PartRef{}, false
 	}
@@ -169,15 +169,17 @@ func scanPart(body []byte, ps, pe int) (PartRef, bool) {
 	p := PartRef{Type: partTypes[ti], Modality: ModalityOf(partTypes[ti]), PartStart: ps, PartEnd: pe}
 	p.ObjStart, p.ObjEnd = obj[ti][0], obj[ti][1]
 	var vs, ve int
-	_ = eachMember(body, p.ObjStart, func(k []byte, s, e int) bool {
+	format := false
+	_ = jsonb.EachMember(body, p.ObjStart, func(f jsonb.Field) bool {
 		switch {
-		case p.Type != "input_audio" && keyIs(k, "url"), p.Type == "input_audio" && keyIs(k, "data"):
-			vs, ve = s, e
-		case p.Type == "input_audio" && keyIs(k, "format"):
-			if f, ok := stringValue(body[s:e]); ok {
-				p.Format = string(f)
-			} else {
-				p.Format = ""
+		case p.Type != "input_audio" && f.KeyIs("url"), p.Type == "input_audio" && f.KeyIs("data"):
+			if ve == 0 {
+				vs, ve = f.ValStart, f.ValEnd
+			}
+		case p.Type == "input_audio" && !format && f.KeyIs("format"):
+			format = true
+			if v, ok := jsonb.Unquote(body[f.ValStart:f.ValEnd]); ok {
+				p.Format = string(v)
 			}
 		}
 		return true
@@ -192,7 +194,7 @@ func scanPart(body []byte, ps, pe int) (PartRef, bool) {
 var partTypes = [4]string{"image_url", "video_url", "audio_url", "input_audio"}
 
 // PartAt re-reads the media part object at body[start:end] (the offsets an
-// engine.MediaItem carries), for legs that rebuild or annotate that part.
+// MediaItem carries), for legs that rebuild or annotate that part.
 func PartAt(body []byte, start, end int) (PartRef, bool) {
 	if start < 0 || end > len(body) || start >= end {
 		return PartRef{}, false
@@ -202,13 +204,13 @@ func PartAt(body []byte, start, end int) (PartRef, bool) {
 
 // MediaItems turns scanned parts into items (no type or size: nothing was
 // fetched), for a render that runs without fetch-media.
-func MediaItems(parts []PartRef) []engine.MediaItem {
+func MediaItems(parts []PartRef) []MediaItem {
 	if len(parts) == 0 {
 		return nil
 	}
-	out := make([]engine.MediaItem, len(parts))
+	out := make([]MediaItem, len(parts))
 	for i, p := range parts {
-		out[i] = engine.MediaItem{Index: p.Index, Modality: p.Modality, Part: p.Part, PartStart: p.PartStart, PartEnd: p.PartEnd}
+		out[i] = MediaItem{Index: p.Index, Modality: p.Modality, Part: p.Part, PartStart: p.PartStart, PartEnd: p.PartEnd}
 	}
 	return out
 }

@@ -1,17 +1,16 @@
 package mm
 
 import (
+	"errors"
 	"strings"
 	"testing"
-
-	"github.com/celflow/celflow/engine"
 )
 
-func items(mods ...string) []engine.MediaItem {
-	var out []engine.MediaItem
+func items(mods ...string) []MediaItem {
+	var out []MediaItem
 	count := map[string]int{}
 	for i, m := range mods {
-		out = append(out, engine.MediaItem{Index: i, Modality: m, Part: count[m], Type: m + "/x", PartStart: 10 * i})
+		out = append(out, MediaItem{Index: i, Modality: m, Part: count[m], Type: m + "/x", PartStart: 10 * i})
 		count[m]++
 	}
 	return out
@@ -54,7 +53,7 @@ func TestParseRenderChatVariants(t *testing.T) {
 	cases := []struct {
 		name  string
 		resp  string
-		media []engine.MediaItem
+		media []MediaItem
 		err   string // "" = success
 		kw    string // kwargs of item 0 on success
 		feats bool
@@ -78,7 +77,7 @@ func TestParseRenderChatVariants(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			_, out, err := ParseRenderChat([]byte(c.resp), c.media)
 			if c.err != "" {
-				if err == nil || err.Kind != engine.KindUpstreamProtocol || err.HTTPStatus() != 502 || !strings.Contains(err.Msg, c.err) {
+				if e := asErr(err); e.Kind != BadReply || !strings.Contains(e.Msg, c.err) {
 					t.Fatalf("err = %v, want protocol error with %q", err, c.err)
 				}
 				return
@@ -106,7 +105,7 @@ func TestParseRenderCompletions(t *testing.T) {
 	}
 	for _, bad := range []string{`[]`, `[{"token_ids":[1]},{"token_ids":[2]}]`, `[{"token_ids":[1]},1,2]`, `{"token_ids":[1]}`, `[1]`, `[{"x":1}]`, `[{"token_ids":[]}]`, `not json`} {
 		_, err := ParseRenderCompletions([]byte(bad))
-		if err == nil || err.Kind != engine.KindUpstreamProtocol {
+		if asErr(err).Kind != BadReply {
 			t.Errorf("%s: err %v", bad, err)
 		}
 	}
@@ -137,7 +136,7 @@ func TestParseCompletionsPrompt(t *testing.T) {
 	}
 	for body, msg := range bad {
 		_, _, err := ParseCompletionsPrompt([]byte(body), nil)
-		if err == nil || err.Kind != engine.KindInvalidRequest || !strings.Contains(err.Msg, msg) {
+		if e := asErr(err); e.Kind != BadRequest || !strings.Contains(e.Msg, msg) {
 			t.Errorf("%s: err %v, want %q", body, err, msg)
 		}
 	}
@@ -145,19 +144,19 @@ func TestParseCompletionsPrompt(t *testing.T) {
 
 // ACCEPTANCE 93, 94
 func TestCheckLimits(t *testing.T) {
-	ten := engine.Tokens{Known: true, IDs: make([]int64, 10)}
-	withLen := func(ls ...int) []engine.MediaItem {
-		var out []engine.MediaItem
+	ten := Tokens{Known: true, IDs: make([]int64, 10)}
+	withLen := func(ls ...int) []MediaItem {
+		var out []MediaItem
 		for _, l := range ls {
-			out = append(out, engine.MediaItem{Modality: "image", Length: l, HasFeatures: true})
+			out = append(out, MediaItem{Modality: "image", Length: l, HasFeatures: true})
 		}
 		return out
 	}
 	const maxInt = int(^uint(0) >> 1)
 	cases := []struct {
 		name      string
-		tok       engine.Tokens
-		media     []engine.MediaItem
+		tok       Tokens
+		media     []MediaItem
 		total, ph int64
 		want      []string
 	}{
@@ -167,7 +166,7 @@ func TestCheckLimits(t *testing.T) {
 		{"placeholders 7 over 5", ten, withLen(3, 4), 0, 5, []string{"too many placeholder tokens", "got 7", "max 5"}},
 		{"placeholders 5 at 5", ten, withLen(2, 3), 0, 5, nil},
 		{"placeholders overflow", ten, withLen(maxInt, maxInt, 1), 0, 5, []string{"too many placeholder tokens", "max 5"}},
-		{"unknown T", engine.Tokens{}, nil, 1, 0, nil},
+		{"unknown T", Tokens{}, nil, 1, 0, nil},
 	}
 	for _, c := range cases {
 		err := CheckLimits(c.tok, c.media, c.total, c.ph)
@@ -177,14 +176,24 @@ func TestCheckLimits(t *testing.T) {
 			}
 			continue
 		}
-		if err == nil || err.Kind != engine.KindInvalidRequest {
+		e := asErr(err)
+		if e.Kind != BadRequest {
 			t.Errorf("%s: err %v", c.name, err)
 			continue
 		}
 		for _, w := range c.want {
-			if !strings.Contains(err.Msg, w) {
-				t.Errorf("%s: %q lacks %q", c.name, err.Msg, w)
+			if !strings.Contains(e.Msg, w) {
+				t.Errorf("%s: %q lacks %q", c.name, e.Msg, w)
 			}
 		}
 	}
+}
+
+// asErr returns err as an *Error, or a zero Error (Kind 0) for anything else.
+func asErr(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{}
 }

@@ -6,7 +6,7 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/jsonb"
 )
 
 // ParseTokenIDs parses a JSON array of token ids strictly: every element is
@@ -38,7 +38,7 @@ func parseTokenIDsFast(raw []byte) (ids []int64, ok bool) {
 	// commas inside a hostile string element cannot size the slice beyond
 	// what a valid array of that length could need.
 	ids = make([]int64, 0, min(bytes.Count(raw, comma)+1, (len(raw)-1)/2))
-	i := ws(raw, 1)
+	i := jsonb.SkipWS(raw, 1)
 	for {
 		var v uint64
 		n := 0
@@ -58,14 +58,14 @@ func parseTokenIDsFast(raw []byte) (ids []int64, ok bool) {
 		ids = append(ids, int64(v))
 		i += n
 		if i < len(raw) && raw[i] != ',' && raw[i] != ']' {
-			i = ws(raw, i)
+			i = jsonb.SkipWS(raw, i)
 		}
 		if i >= len(raw) {
 			return nil, false
 		}
 		switch raw[i] {
 		case ',':
-			i = ws(raw, i+1)
+			i = jsonb.SkipWS(raw, i+1)
 		case ']':
 			return ids, true
 		default:
@@ -79,11 +79,11 @@ var comma = []byte{','}
 // parseTokenIDsSlow reads element by element to name what is wrong.
 func parseTokenIDsSlow(raw []byte) ([]int64, error) {
 	if len(raw) == 0 || raw[0] != '[' {
-		return nil, fmt.Errorf("must be a non-empty array of non-negative integers, got %s", kindOf(raw))
+		return nil, fmt.Errorf("must be a non-empty array of non-negative integers, got %s", jsonb.KindOf(raw))
 	}
 	var ids []int64
 	var bad error
-	err := eachElem(raw, 0, func(vs, ve int) bool {
+	err := jsonb.EachElement(raw, 0, func(vs, ve int) bool {
 		v, err := parseUint(raw[vs:ve])
 		if err != nil {
 			bad = fmt.Errorf("[%d]: %v", len(ids), err)
@@ -124,7 +124,7 @@ func parseUint(raw []byte) (int64, error) {
 // describe renders a rejected value for a message: short values verbatim,
 // long ones by type, so no client payload ends up in a reply whole.
 func describe(raw []byte) string {
-	k := kindOf(raw)
+	k := jsonb.KindOf(raw)
 	if k == "number" || k == "bool" || k == "null" {
 		return cut(raw)
 	}
@@ -152,7 +152,7 @@ func AppendTokenIDs(dst []byte, ids []int64) []byte {
 
 // TokenJSON returns T as a JSON array: the stored bytes when present (the
 // client's or render's own spelling), else encoded from the ids.
-func TokenJSON(t engine.Tokens) []byte {
+func TokenJSON(t Tokens) []byte {
 	if t.JSON != nil {
 		return t.JSON
 	}

@@ -1,0 +1,256 @@
+package jsonb
+
+import (
+	"bytes"
+	"hash/maphash"
+	"strconv"
+	"unicode/utf8"
+)
+
+// Duplicate member names (RFC 8259 leaves them undefined, I-JSON forbids
+// them) are refused by Parse and ObjectAt in the same pass that validates:
+// celflow's editor, its lookups and the Python workers that read a leg
+// after it (last one wins) would otherwise each pick their own member.
+//
+// Names are compared as encoding/json decodes them ("a" and "\u0061" are
+// the same name; an invalid UTF-8 byte equals U+FFFD). The common case, an
+// object of a few dozen escape-free keys, costs one hash per key, one
+// integer comparison per earlier key of the same object and no allocation:
+// the keys of the objects being scanned sit on a fixed stack inside the
+// scanner. An object with more than
+// linearMax keys (or one nested deeper than the stack holds) moves its keys
+// to a hashed set, so a hostile object of 100k keys stays linear.
+
+// linearMax is the number of keys an object keeps on the stack before it
+// switches to a hashed set. Each key is hashed once (a memhash of a few
+// bytes); on the stack a repeat check is one uint64 comparison per earlier
+// key, so up to a few dozen keys the linear check beats any table.
+// Measured with BenchmarkObjectKeys (see the commit message).
+const linearMax = 32
+
+// stackKeys is the stack's capacity: room for three levels of full
+// objects at once, which covers every real request body. Past it, objects
+// use a hashed set: correct, just not allocation-free.
+const stackKeys = 96
+
+// DuplicateKeyError reports a member name that occurs twice in one object.
+type DuplicateKeyError struct {
+	// Offset is the byte offset of the second occurrence's opening quote.
+	Offset int
+	// Path is the JSON path of the second occurrence, relative to the
+	// object Parse or ObjectAt was given: members joined by '.', array
+	// elements as [i], and a name that is not [A-Za-z0-9_-]+ written as a
+	// JSON string in brackets (["a.b"]); names over 64 bytes are cut with
+	// "…". Examples: sampling_params.max_tokens, messages[1].content,
+	// ["x y"].
+	Path string
+}
+
+func (e *DuplicateKeyError) Error() string {
+	return "duplicate member name " + e.Path + " at offset " + strconv.Itoa(e.Offset)
+}
+
+// keyRef is one key: its quotes [start,end) and the hash of its text.
+type keyRef struct {
+	start, end int
+	h          uint64
+}
+
+type keyStack struct {
+	refs [stackKeys]keyRef
+	n    int
+}
+
+// memberSet is the names seen so far in one object: n keys on the stack
+// from base, or a hashed set once the object outgrew the stack.
+type memberSet struct {
+	base, n int
+	big     *bigSet
+}
+
+// bigSet indexes the keys of a large object by hash; keys with the same
+// hash are chained and compared exactly. It allocates its tables (a few
+// times per object as they grow), never per key.
+type bigSet struct {
+	refs []keyRef
+	prev []int32          // per ref: the previous ref with the same hash, -1
+	last map[uint64]int32 // hash -> the latest ref with it
+}
+
+var keySeed = maphash.MakeSeed()
+
+// keyHash hashes a key's decoded text: escape-free keys in place, others
+// (rare) after decoding, so "a" and "\u0061" hash alike.
+func keyHash(q []byte) uint64 {
+	if plainKey(q) {
+		return maphash.Bytes(keySeed, q[1:len(q)-1])
+	}
+	return maphash.String(keySeed, unquoteKey(q))
+}
+
+// add records the key b[ks:ke] and reports whether the object already had it.
+func (ms *memberSet) add(st *keyStack, b []byte, ks, ke int) bool {
+	k := keyRef{start: ks, end: ke, h: keyHash(b[ks:ke])}
+	if ms.big == nil {
+		if ms.n < linearMax && st.n < len(st.refs) {
+			dup := false
+			for j := ms.base; j < st.n; j++ {
+				if st.refs[j].h == k.h && sameKey(b, &st.refs[j], &k) {
+					dup = true
+					break
+				}
+			}
+			st.refs[st.n] = k
+			st.n++
+			ms.n++
+			return dup
+		}
+		bs := &bigSet{refs: make([]keyRef, 0, 2*linearMax), prev: make([]int32, 0, 2*linearMax),
+			last: make(map[uint64]int32, 2*linearMax)}
+		for j := ms.base; j < ms.base+ms.n; j++ {
+			bs.insert(b, st.refs[j]) // distinct: a repeat was already reported
+		}
+		ms.big = bs
+		st.n = ms.base // the nested objects that follow reuse the slots
+	}
+	ms.n++
+	return ms.big.insert(b, k)
+}
+
+// insert adds k and reports whether an equal key was there already.
+func (bs *bigSet) insert(b []byte, k keyRef) bool {
+	p, ok := bs.last[k.h]
+	if !ok {
+		p = -1
+	}
+	for j := p; j >= 0; j = bs.prev[j] {
+		if sameKey(b, &bs.refs[j], &k) {
+			return true
+		}
+	}
+	bs.refs = append(bs.refs, k)
+	bs.prev = append(bs.prev, p)
+	bs.last[k.h] = int32(len(bs.refs) - 1)
+	return false
+}
+
+// sameKey compares two keys with equal hashes by their decoded text.
+func sameKey(b []byte, x, y *keyRef) bool {
+	if bytes.Equal(b[x.start:x.end], b[y.start:y.end]) {
+		return true
+	}
+	return unquoteKey(b[x.start:x.end]) == unquoteKey(b[y.start:y.end])
+}
+
+// plainKey reports whether a quoted key reads as its own bytes: no escape
+// and valid UTF-8.
+func plainKey(q []byte) bool {
+	high := false
+	for _, c := range q[1 : len(q)-1] {
+		if c == '\\' {
+			return false
+		}
+		if c >= utf8.RuneSelf {
+			high = true
+		}
+	}
+	return !high || utf8.Valid(q)
+}
+
+// normName turns a Go key name into the form unquoteKey gives: each byte
+// that is not valid UTF-8 becomes U+FFFD (encoding/json's reading, and what
+// AppendQuote writes), so a lookup and an insertion of the same name agree.
+func normName(name string) string {
+	if utf8.ValidString(name) {
+		return name
+	}
+	out := make([]byte, 0, len(name)+8)
+	for i := 0; i < len(name); {
+		r, size := utf8.DecodeRuneInString(name[i:])
+		if r == utf8.RuneError && size == 1 {
+			out = utf8.AppendRune(out, utf8.RuneError)
+		} else {
+			out = append(out, name[i:i+size]...)
+		}
+		i += size
+	}
+	return string(out)
+}
+
+// duplicateAt builds the error for the duplicate key whose quote is at off,
+// walking from the object at root (the document is valid by now).
+func duplicateAt(b []byte, root, off int) *DuplicateKeyError {
+	var path []byte
+	i := root
+	for range maxDepth + 1 {
+		next, done := -1, false
+		switch b[i] {
+		case '{':
+			_ = EachMember(b, i, func(f Field) bool {
+				switch {
+				case f.KeyStart == off:
+					path, done = appendSegment(path, f.RawKey), true
+				case off > f.ValStart && off < f.ValEnd:
+					path, next = appendSegment(path, f.RawKey), f.ValStart
+				default:
+					return true
+				}
+				return false
+			})
+		case '[':
+			k := 0
+			_ = EachElement(b, i, func(vs, ve int) bool {
+				if off > vs && off < ve {
+					path = append(path, '[')
+					path = strconv.AppendInt(path, int64(k), 10)
+					path = append(path, ']')
+					next = vs
+					return false
+				}
+				k++
+				return true
+			})
+		}
+		if done || next < 0 {
+			break
+		}
+		i = next
+	}
+	return &DuplicateKeyError{Offset: off, Path: string(path)}
+}
+
+// maxSegment bounds one name in a path: the path is shown to the client.
+const maxSegment = 64
+
+func appendSegment(path, rawKey []byte) []byte {
+	name := unquoteKey(rawKey)
+	if isIdent(name) {
+		if len(path) > 0 {
+			path = append(path, '.')
+		}
+		return append(path, name...)
+	}
+	if len(name) > maxSegment {
+		n := maxSegment
+		for n > 0 && !utf8.RuneStart(name[n]) {
+			n--
+		}
+		name = name[:n] + "…"
+	}
+	path = append(path, '[')
+	path = AppendQuote(path, name)
+	return append(path, ']')
+}
+
+func isIdent(s string) bool {
+	if s == "" || len(s) > maxSegment {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
