@@ -125,6 +125,9 @@ type View interface {
 	ClassInFlight(class int) int
 	ClassLimit(class int) int
 	ClassQueued(class int) int
+	// Spare is the room left for one more request of class (see
+	// Controller.Spare); bounded is false when no bound applies.
+	Spare(class int) (n int, bounded bool)
 }
 
 // Controller is the admission state. All methods are safe for concurrent
