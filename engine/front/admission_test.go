@@ -1,6 +1,7 @@
 package front
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -221,4 +222,34 @@ func TestRetryAfter(t *testing.T) {
 			t.Errorf("retryAfter(%v) = %s, want %s", d, got, want)
 		}
 	}
+}
+
+// A client that leaves while waiting (no body pending, so net/http notices
+// at once) frees its place in the queue; nothing is written.
+func TestAdmissionWaiterLeaves(t *testing.T) {
+	g := newGate()
+	h := start(t, g.runner(), withAdmission(Admission{
+		Limits: admission.Limits{MaxInFlight: 1, MaxQueue: 1, QueueTimeout: time.Minute},
+	}))
+	first := h.send(t, "")
+	<-g.entered
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.url+"/v1/chat/completions", http.NoBody)
+	gone := make(chan error, 1)
+	go func() {
+		resp, err := testClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		gone <- err
+	}()
+	waitFor(t, "the request to queue", func() bool { return h.srv.Admission().Queued() == 1 })
+	cancel()
+	if err := <-gone; err == nil {
+		t.Fatal("the cancelled request got a reply")
+	}
+	waitFor(t, "the place to free", func() bool { return h.srv.Admission().Queued() == 0 })
+	g.release <- struct{}{}
+	<-first
+	waitFor(t, "the summary line of the 499", func() bool { return strings.Contains(h.logs.String(), `"status":499`) })
 }
