@@ -36,12 +36,13 @@ func RouteClass(r engine.Route) int { return int(r) }
 // reads it (Spare) to take only spare capacity.
 func (s *Server) Admission() *admission.Controller { return s.adm }
 
-// admit runs before the body is read: the fast path when the bounds allow,
-// else a wait in the queue at the request's priority. On refusal it writes
-// the reply (429 overloaded or queue_timeout, 503 shutting_down, each with
-// Retry-After; nothing for a client that left) and returns false. On true
-// the caller must release the class when the request ends.
-func (s *Server) admit(x *exchange, r *http.Request, route engine.Route, lv *live) bool {
+// admitInFlight runs before the body is read: the fast path when the
+// bounds allow, else a wait in the queue at the request's priority. On
+// refusal it writes the reply (429 overloaded or queue_timeout, 503
+// shutting_down, each with Retry-After; nothing for a client that left) and
+// returns false. On true the caller must release the class when the
+// request ends.
+func (s *Server) admitInFlight(x *exchange, r *http.Request, route engine.Route, lv *live) bool {
 	class := RouteClass(route)
 	if s.adm.TryAcquire(class) {
 		return true
@@ -62,12 +63,26 @@ func (s *Server) admit(x *exchange, r *http.Request, route engine.Route, lv *liv
 		e = engine.AsError(err) // the client left while waiting: nothing is written
 		e.Msg = "client disconnected while waiting for admission"
 	}
-	if e.Kind != engine.KindCancelled {
-		x.Header().Set("Retry-After", retryAfter(lv.adm.RetryAfter))
+	if e.Kind == engine.KindCancelled {
+		s.fail(x, e) // writes nothing
+		return false
 	}
-	s.fail(x, e)
+	x.Header().Set("Retry-After", retryAfter(lv.adm.RetryAfter))
+	if r.ContentLength >= 0 && r.ContentLength <= keepAliveBody {
+		// net/http discards a body this small after the reply and keeps
+		// the connection: no reconnect per 429 while overloaded.
+		s.fail(x, e)
+		return false
+	}
+	// A bigger or unknown body: closed reliably, as a 413 is (limits.go),
+	// so that a client still sending reads the 429 rather than a reset.
+	s.refuse(x, r, e, lv.maxBody)
 	return false
 }
+
+// keepAliveBody is net/http's maxPostHandlerReadBytes: the unread body it
+// discards itself to keep a connection open after a handler returns.
+const keepAliveBody = 256 << 10
 
 // priority evaluates the priority expression, only for a request that has
 // to wait. An evaluation error (typically a header read without `in`) is

@@ -253,3 +253,32 @@ func TestAdmissionWaiterLeaves(t *testing.T) {
 	<-first
 	waitFor(t, "the summary line of the 499", func() bool { return strings.Contains(h.logs.String(), `"status":499`) })
 }
+
+// A refused request with a body over net/http's own discard (256 KiB) gets
+// its 429 reliably (Connection: close, no reset while it is still sending);
+// a small one keeps its connection.
+func TestAdmissionRefusalBodySizes(t *testing.T) {
+	g := newGate()
+	h := start(t, g.runner(), withAdmission(Admission{Limits: admission.Limits{MaxInFlight: 1}}))
+	first := h.send(t, "")
+	<-g.entered
+	for _, tc := range []struct {
+		name  string
+		size  int
+		close bool
+	}{
+		{"small body keeps the connection", 100, false},
+		{"4 MiB body closes reliably", 4 << 20, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := `{"pad":"` + strings.Repeat("x", tc.size) + `"}`
+			resp, b := h.do(t, http.MethodPost, "/v1/chat/completions", body, nil)
+			checkRefusal(t, reply{resp, b}, 429, "rate_limit_error", "overloaded", "1")
+			if resp.Close != tc.close {
+				t.Errorf("Connection: close = %v, want %v", resp.Close, tc.close)
+			}
+		})
+	}
+	g.release <- struct{}{}
+	<-first
+}

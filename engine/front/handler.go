@@ -35,6 +35,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.track.done()
 	defer s.finish(x, r)
 
+	if !s.admit(x, r) { // framing and header limits (limits.go)
+		return
+	}
 	if s.draining.Load() && r.URL.Path != PathHealthz {
 		x.route = routeOf(r.URL.Path)
 		// Go elsewhere now, as a refused admission says (admission.go).
@@ -102,17 +105,26 @@ func (s *Server) inference(route engine.Route) http.Handler {
 		}
 		// Admission comes before the body is read: a waiting request holds
 		// no body (admission.go).
-		if !s.admit(x, r, route, lv) {
+		if !s.admitInFlight(x, r, route, lv) {
 			return
 		}
 		defer s.adm.Release(RouteClass(route))
 		body, e := readBody(x, r, lv.maxBody)
+		if e != nil && e.Kind == engine.KindTooLarge {
+			s.refuse(x, r, e, lv.maxBody) // the 413 reaches a client still sending
+			return
+		}
 		if e != nil {
 			s.fail(x, e)
 			return
 		}
 		req, obj, tokens, media, e := parseRequest(x.id, route, r.Header, body)
 		s.debugRequest(x, r, body)
+		if e == nil {
+			// The trust boundary (reserved.go). Stripping edits chat bodies
+			// only, for which parseRequest computed no media offsets.
+			req.Body, obj, e = GuardFields(route, req.Body, obj, lv.clientFields)
+		}
 		if e != nil {
 			s.fail(x, e)
 			return

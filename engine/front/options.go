@@ -65,6 +65,13 @@ type Options struct {
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
 
+	// ClientFields are the celflow-owned body fields clients may send
+	// (trust.client_fields); zero trusts none. Part of the first Live set.
+	ClientFields ClientFields
+	// Limits are the front's header and framing limits (server.max_header_*);
+	// zero values take the defaults (Envoy's: 60 KiB, 100 headers).
+	Limits Limits
+
 	// Admission is the first Live set's admission (bounds, priority); the
 	// zero value bounds nothing. AdmissionObserver, when set, receives every
 	// admission decision (metrics).
@@ -85,6 +92,7 @@ type Live struct {
 	WriteTimeout    time.Duration
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
+	ClientFields    ClientFields
 	Admission       Admission
 }
 
@@ -96,6 +104,7 @@ type live struct {
 	writeTimeout    time.Duration
 	drainDelay      time.Duration
 	shutdownTimeout time.Duration
+	clientFields    ClientFields
 	adm             Admission
 }
 
@@ -111,7 +120,7 @@ func newLive(l Live) *live {
 	}
 	l.Admission.Limits.Class = append([]int(nil), l.Admission.Limits.Class...)
 	return &live{runners: rs, maxBody: l.MaxBodyBytes, writeTimeout: l.WriteTimeout,
-		drainDelay: l.DrainDelay, shutdownTimeout: l.ShutdownTimeout, adm: l.Admission}
+		drainDelay: l.DrainDelay, shutdownTimeout: l.ShutdownTimeout, clientFields: l.ClientFields, adm: l.Admission}
 }
 
 func (l *live) export() Live {
@@ -122,7 +131,7 @@ func (l *live) export() Live {
 	adm := l.adm
 	adm.Limits.Class = append([]int(nil), adm.Limits.Class...)
 	return Live{Runners: rs, MaxBodyBytes: l.maxBody, WriteTimeout: l.writeTimeout,
-		DrainDelay: l.drainDelay, ShutdownTimeout: l.shutdownTimeout, Admission: adm}
+		DrainDelay: l.drainDelay, ShutdownTimeout: l.shutdownTimeout, ClientFields: l.clientFields, Admission: adm}
 }
 
 // Observation is what the front knows about one finished request.
