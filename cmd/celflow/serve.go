@@ -58,6 +58,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	if g == nil {
 		return refuse(stderr, ds)
 	}
+	m.WatchUpstream(g.up)
 	cfg := g.cfg
 	level, err := logLevel(cfg.Telemetry.LogLevel, *verbosity)
 	if err != nil {
@@ -90,12 +91,19 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		}
 	}()
 
+	tlsSt, err := newTLSState(cfg, log, m)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: server.tls: %v\n", cfg.File, err)
+		return 1
+	}
+	tlsSt.setUpstream(g.up)
+
 	lv := g.live()
 	// Request ids are minted per request: draw their randomness in batches.
 	// Safe here, before anything serves (the pool is not switched concurrently).
 	uuid.EnableRandPool()
 	s := cfg.Server
-	srv := front.New(front.Options{
+	opts := front.Options{
 		Listen:            s.Listen,
 		Runners:           lv.Runners,
 		Metrics:           m.Handler(),
@@ -108,19 +116,24 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		WriteTimeout:      lv.WriteTimeout,
 		DrainDelay:        lv.DrainDelay,
 		ShutdownTimeout:   lv.ShutdownTimeout,
+		MetricsListen:     s.MetricsListen,
 		ClientFields:      lv.ClientFields,
 		Limits:            front.Limits{MaxHeaderBytes: s.MaxHeaderBytes, MaxHeaderCount: s.MaxHeaderCount},
 		Admission:         lv.Admission,
 		AdmissionObserver: m.AdmissionObserver(),
-	})
+	}
+	tlsSt.options(&opts)
+	srv := front.New(opts)
+	srv.SetModels(g.models())
 	m.WatchAdmission(srv.Admission())
 	log.WithFields(g.fields()).Info("workflow loaded")
 
 	// Reloads run on their own goroutine, one at a time, and stop when the
 	// shutdown starts.
 	rl := &reloader{path: *cfgPath, getenv: getenv, verbosity: *verbosity,
-		formatSet: *logFormat != "", log: log, m: m, srv: srv, boot: cfg, cur: g}
+		formatSet: *logFormat != "", log: log, m: m, srv: srv, boot: cfg, cur: g, tls: tlsSt}
 	reloadCtx, stopReloads := context.WithCancel(ctx)
+	tlsSt.watch(reloadCtx, cfg)
 	reloads := make(chan struct{})
 	go func() {
 		defer close(reloads)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/celflow/celflow/engine/celenv"
 	"github.com/celflow/celflow/engine/telemetry"
+	"github.com/celflow/celflow/engine/tlsfiles"
 	"github.com/celflow/celflow/engine/upstream"
 	"github.com/celflow/celflow/schema"
 )
@@ -59,6 +60,8 @@ type Server struct {
 	WriteTimeout       time.Duration
 	DrainDelay         time.Duration
 	ShutdownTimeout    time.Duration
+	TLS                tlsfiles.ServerConfig // server.tls; off unless Enabled
+	MetricsListen      string                // "" = /metrics on the main listener
 	MaxHeaderBytes     int
 	MaxHeaderCount     int
 }
@@ -97,6 +100,7 @@ func Defaults() Config {
 			WriteTimeout:       120 * time.Second,
 			DrainDelay:         5 * time.Second,
 			ShutdownTimeout:    25 * time.Second,
+			TLS:                tlsfiles.ServerConfig{ReloadInterval: DefaultTLSReloadInterval},
 			MaxHeaderBytes:     60 << 10,
 			MaxHeaderCount:     100,
 		},
@@ -108,6 +112,7 @@ func Defaults() Config {
 			MaxIdleConnsPerHost: upstream.DefaultMaxIdleConnsPerHost,
 			PrefixBlockTokens:   upstream.DefaultPrefixBlockTokens,
 			PrefixIndexSize:     upstream.DefaultPrefixIndexSize,
+			TLS:                 tlsfiles.ClientConfig{ReloadInterval: DefaultTLSReloadInterval},
 		},
 		Telemetry: Telemetry{LogLevel: "info"},
 	}
@@ -150,12 +155,12 @@ func (c *Config) check() schema.Diagnostics {
 	if x, ok := c.doc.Value(ptr); ok {
 		if n, ok := x.(json.Number); ok {
 			if i, err := n.Int64(); err == nil && i > maxBodyMiB {
-				return schema.Diagnostics{c.doc.Diag(ptr, schema.Error,
-					fmt.Sprintf("%d MiB overflows int64 bytes (at most %d)", i, int64(maxBodyMiB)))}
+				return append(c.checkOps(), c.doc.Diag(ptr, schema.Error,
+					fmt.Sprintf("%d MiB overflows int64 bytes (at most %d)", i, int64(maxBodyMiB))))
 			}
 		}
 	}
-	return nil
+	return c.checkOps()
 }
 
 // decode fills the typed config from the validated document.
@@ -197,6 +202,7 @@ func (c *Config) decode() {
 	v.int("/upstream/conditional_decode/short_prompt_tokens", &u.ShortPromptTokens)
 	v.int("/upstream/conditional_decode/prefix_block_tokens", &u.PrefixBlockTokens)
 	v.int("/upstream/conditional_decode/prefix_index_size", &u.PrefixIndexSize)
+	c.decodeOps(v)
 	u.OwnedHeaders = c.Trust.OwnedHeaders
 
 	t := &c.Telemetry

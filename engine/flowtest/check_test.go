@@ -95,13 +95,20 @@ func (k *checker) errorShape(id string) {
 		return
 	}
 	e := top["error"]
-	if string(e["param"]) != "null" {
-		k.bad("error reply: param is %s, want null", e["param"])
-	}
 	var msg, typ, code string
 	if json.Unmarshal(e["message"], &msg) != nil || json.Unmarshal(e["type"], &typ) != nil ||
 		json.Unmarshal(e["code"], &code) != nil {
 		k.bad("error reply: message, type and code must be strings")
+	}
+	// param is null, or for an upstream 4xx the upstream's string param.
+	var param string
+	if string(e["param"]) != "null" && (code != "upstream_rejected" || json.Unmarshal(e["param"], &param) != nil) {
+		k.bad("error reply: param is %s, want null (or a string for upstream_rejected)", e["param"])
+	}
+	// An upstream 503 always carries Retry-After, in delta-seconds.
+	ra := k.res.resp.Header.Values("Retry-After")
+	if code == "upstream_unavailable" && (len(ra) != 1 || strings.Trim(ra[0], "0123456789") != "" || ra[0] == "") {
+		k.bad("error reply: upstream_unavailable with Retry-After %q, want one delta-seconds value (PROTOCOL 12)", ra)
 	}
 	if !strings.HasSuffix(msg, "(request_id: "+id+")") {
 		k.bad("error reply: message %q does not end with (request_id: %s) (PROTOCOL 12)", msg, id)

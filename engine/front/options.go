@@ -6,6 +6,7 @@
 package front
 
 import (
+	"crypto/tls"
 	"net"
 	"net/http"
 	"time"
@@ -71,6 +72,16 @@ type Options struct {
 	// Limits are the front's header and framing limits (server.max_header_*);
 	// zero values take the defaults (Envoy's: 60 KiB, 100 headers).
 	Limits Limits
+
+	// TLS, when set, serves TLS on the listener with this config (HTTP/2
+	// offered by ALPN); nil serves plain HTTP. tlsfiles.Server.Config
+	// builds one whose certificates reload without a restart.
+	TLS *tls.Config
+	// MetricsListen, when set, serves GET /metrics on its own plain-HTTP
+	// listener at this address, and the main listener answers 404 there.
+	// MetricsListener, when set, is used instead (tests).
+	MetricsListen   string
+	MetricsListener net.Listener
 
 	// Admission is the first Live set's admission (bounds, priority); the
 	// zero value bounds nothing. AdmissionObserver, when set, receives every

@@ -12,6 +12,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/celflow/celflow/engine/tlsfiles"
 )
 
 // Role is a worker role; it is also the EPP-Profile value of the leg.
@@ -53,6 +55,12 @@ type Config struct {
 	// OwnedHeaders are header names the operator adds to the built-in
 	// OwnedHeaders (trust.owned_headers): a client's value never reaches a leg.
 	OwnedHeaders []string
+	// TLS is how https:// bases are verified and which client certificate
+	// celflow shows them (upstream.tls); the zero value is the system roots.
+	TLS tlsfiles.ClientConfig
+	// Models, when set, is what GET /v1/models lists, without asking the
+	// workers or the gateway (upstream.models).
+	Models []string
 }
 
 // Endpoint is one worker of a direct pool.

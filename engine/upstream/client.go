@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/celflow/celflow/engine/tlsfiles"
 )
 
 // client is the implementation behind Client. Everything but the pools'
@@ -21,6 +23,8 @@ type client struct {
 	rt          *http.Transport
 	bases       *baseCache          // parsed base URLs, so a leg does not parse its URL
 	owned       map[string]struct{} // Config.OwnedHeaders, canonical; nil when none
+	health      healthHook          // SetHealthHook's function, read by the pools
+	tls         *tlsfiles.Client    // upstream.tls material; nil = crypto/tls defaults
 }
 
 const numRoles = 3
@@ -44,6 +48,12 @@ func newClient(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &client{cfg: cfg, rt: newTransport(cfg), render: strings.TrimRight(cfg.Render, "/")}
+	if cfg.TLS.Configured() {
+		if c.tls, err = tlsfiles.NewClient(cfg.TLS); err != nil {
+			return nil, prefixKeys("tls", err)
+		}
+		c.rt.DialTLSContext = c.tls.DialTLS(c.rt.DialContext)
+	}
 	for _, name := range cfg.OwnedHeaders {
 		if c.owned == nil {
 			c.owned = map[string]struct{}{}
@@ -59,6 +69,7 @@ func newClient(cfg Config) (*Client, error) {
 		for r, eps := range cfg.Pools {
 			if len(eps) > 0 {
 				c.pools[roleIndex(r)] = newPool(r, eps, cfg)
+				c.pools[roleIndex(r)].hook = &c.health
 			}
 		}
 	}

@@ -161,7 +161,12 @@ func TestBodies(t *testing.T) {
 		tokens   engine.Tokens
 		want     string
 		wantSame bool
+		thr      string
 	}{
+		{name: "chat threshold added", route: engine.RouteChat, body: `{"messages":[],"cache_hit_threshold":0.1}`, thr: "0.8",
+			want: `{"messages":[],"cache_hit_threshold":0.8}`},
+		{name: "completions rendered with threshold", route: engine.RouteCompletions, body: `{"prompt":"hello"}`, tokens: engine.Tokens{Known: true, FromRender: true, IDs: []int64{1, 2}}, thr: "0.5",
+			want: `{"prompt":[1,2],"cache_hit_threshold":0.5}`},
 		{name: "completions rendered", route: engine.RouteCompletions, body: `{"prompt":"hello","max_tokens":3}`, tokens: tokens6,
 			want: `{"prompt":[1,9000,9000,9000,17,18],"max_tokens":3}`},
 		{name: "completions token prompt", route: engine.RouteCompletions, body: `{"prompt":[4,5]}`,
@@ -170,7 +175,11 @@ func TestBodies(t *testing.T) {
 		{name: "chat without render", route: engine.RouteChat, body: `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"u"}}]}]}`, wantSame: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, e := build(nil, tc.route, []byte(tc.body), tc.tokens, nil)
+			var thr []byte
+			if tc.thr != "" {
+				thr = []byte(tc.thr)
+			}
+			b, e := build(nil, tc.route, []byte(tc.body), tc.tokens, nil, thr)
 			if e != nil {
 				t.Fatal(e)
 			}

@@ -41,15 +41,18 @@ func TestFaults(t *testing.T) {
 		"decode": {"ttfb_timeout": "1s"}, "prefill": {"ttfb_timeout": "1s", "idle_timeout": "300ms", "body_timeout": "500ms"},
 	}})
 	cases := []faultCase{
-		{name: "decode 503 is 502 bad_gateway", fault: "decode:status=503", status: 502, typ: "upstream_error", code: "bad_gateway",
+		// PROTOCOL 12 as changed this round: a 503 stays 503 with Retry-After (it was 502).
+		{name: "decode 503 is 503 upstream_unavailable", fault: "decode:status=503", status: 503, typ: "server_error", code: "upstream_unavailable",
+			msgHas: "decode", msgLacks: "simulated fault", prefillLegs: 1, decodeLegs: 1},
+		{name: "decode 500 is 502 bad_gateway", fault: "decode:status=500", status: 502, typ: "upstream_error", code: "bad_gateway",
 			msgHas: "decode", msgLacks: "simulated fault", prefillLegs: 1, decodeLegs: 1},
 		{name: "decode 400 OpenAI error is 400 with its message", fault: "decode:status=400", status: 400,
 			typ: "invalid_request_error", code: "upstream_rejected", msgHas: "decode rejected the request: HTTP 400: simulated fault on decode",
 			prefillLegs: 1, decodeLegs: 1},
 		{name: "decode slow headers is 504 upstream_timeout", fault: "decode:slow-headers=2s", status: 504,
 			typ: "timeout_error", code: "upstream_timeout", msgHas: "decode", prefillLegs: 1, decodeLegs: 1},
-		{name: "prefill 503 is retried, then 502", fault: "prefill:status=503", status: 502, typ: "upstream_error",
-			code: "bad_gateway", msgHas: "prefill", msgLacks: "simulated fault", prefillLegs: 3, decodeLegs: 0},
+		{name: "prefill 503 is retried, then 503", fault: "prefill:status=503", status: 503, typ: "server_error",
+			code: "upstream_unavailable", msgHas: "prefill", msgLacks: "simulated fault", prefillLegs: 3, decodeLegs: 0},
 		{name: "prefill 422 is not retried", fault: "prefill:status=422", status: 422, typ: "invalid_request_error",
 			code: "upstream_rejected", msgHas: "prefill rejected the request: HTTP 422", prefillLegs: 1, decodeLegs: 0},
 		{name: "prefill reset before headers is 502", fault: "prefill:reset-before-headers", status: 502,
@@ -91,6 +94,9 @@ func TestFaults(t *testing.T) {
 			}
 			if c.msgLacks != "" && strings.Contains(apiErr.Message, c.msgLacks) {
 				t.Errorf("message %q relays the upstream body (%q)", apiErr.Message, c.msgLacks)
+			}
+			if ra := apiErr.Response.Header.Get("Retry-After"); (c.status == 503) != (ra != "") {
+				t.Errorf("status %d with Retry-After %q", c.status, ra)
 			}
 			if got := apiErr.Response.Header.Get("X-Request-Id"); got != id {
 				t.Errorf("error reply x-request-id %q", got)
