@@ -225,10 +225,11 @@ func renderOverload(b io.Writer, r *OverloadResult) {
 		p(" %.0f |", s.RPS)
 	}
 	p("\n\n")
-	p("| bound | unloaded p99 | saturated req/s | offered req/s | sent | admitted (200) | rejected (429) | other | admitted p50 | admitted p99 | 429 p50 | 429 p99 | 429 max |\n")
-	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	p("| %d | %s | %.0f | %.0f | %d | %d | %d | %d | %s | %s | %s | %s | %s |\n\n", r.Bound, ms(r.Unloaded.P99), r.SatRPS, r.Offered,
-		r.Sent, r.Admitted, r.Rejected, r.Other, ms(r.AdmittedLat.P50), ms(r.AdmittedLat.P99), ms(r.RejectedLat.P50), ms(r.RejectedLat.P99), ms(r.RejectedLat.Max))
+	p("| bound | unloaded p99 | saturated req/s | offered req/s | sent | admitted (200) | rejected (429) | other | admitted p50 | admitted p99 | 429 p50 | 429 p90 | 429 p99 | 429 max |\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	p("| %d | %s | %.0f | %.0f | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s |\n\n", r.Bound, ms(r.Unloaded.P99), r.SatRPS, r.Offered,
+		r.Sent, r.Admitted, r.Rejected, r.Other, ms(r.AdmittedLat.P50), ms(r.AdmittedLat.P99), ms(r.RejectedLat.P50),
+		ms(r.RejectedLat.P90), ms(r.RejectedLat.P99), ms(r.RejectedLat.Max))
 	if r.FirstOther != "" {
 		p("First other reply: %s\n\n", r.FirstOther)
 	}
