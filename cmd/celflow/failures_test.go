@@ -133,7 +133,11 @@ func TestFailuresAreVisible(t *testing.T) {
 		t.Errorf("summary nodes %q", nodes)
 	}
 
-	// Metrics.
+	// Metrics: Observe runs just after the summary line is written, so
+	// wait for the retry to be counted (bounded), not a sleep.
+	for end := time.Now().Add(5 * time.Second); metricValue(t, m, "celflow_retries_total", map[string]string{"node": "prefill", "reason": "unavailable"}) != 1 && time.Now().Before(end); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if v := metricValue(t, m, "celflow_retries_total", map[string]string{"node": "prefill", "reason": "unavailable"}); v != 1 {
 		t.Errorf("retries_total %v", v)
 	}

@@ -101,6 +101,8 @@ var restartKeys = []struct {
 	{"server.tls.reload_interval", func(c *config.Config) string { return c.Server.TLS.ReloadInterval.String() }},
 	{"upstream.tls.reload_interval", func(c *config.Config) string { return c.Upstream.TLS.ReloadInterval.String() }},
 	{"server.metrics_listen", func(c *config.Config) string { return c.Server.MetricsListen }},
+	// The async machinery is built once at start-up (docs/configuration.md#async).
+	{"async", func(c *config.Config) string { return fmt.Sprintf("%+v", c.Async) }},
 	{"server.max_header_bytes", func(c *config.Config) string { return fmt.Sprint(c.Server.MaxHeaderBytes) }},
 	{"server.max_header_count", func(c *config.Config) string { return fmt.Sprint(c.Server.MaxHeaderCount) }},
 }
@@ -114,9 +116,10 @@ type reloader struct {
 	log       *logrus.Logger
 	m         *metrics.Metrics
 	srv       *front.Server
-	boot      *config.Config // what the process started with (restart-only keys)
-	cur       *generation    // what serves now
-	tls       *tlsState      // TLS material, reloaded on every SIGHUP
+	boot      *config.Config    // what the process started with (restart-only keys)
+	cur       *generation       // what serves now
+	tls       *tlsState         // TLS material, reloaded on every SIGHUP
+	onSwap    func(*generation) // called after a successful swap (async gate's upstream view)
 }
 
 // loop reloads on every signal until ctx is done.
@@ -176,6 +179,9 @@ func (r *reloader) reload() bool {
 	old := r.cur
 	r.cur = g
 	r.m.WatchUpstream(g.up)
+	if r.onSwap != nil {
+		r.onSwap(g)
+	}
 	if old.up != g.up {
 		// Legs in flight keep their connections; the pool's idle ones go
 		// now rather than at idle_timeout.

@@ -43,6 +43,7 @@ type Config struct {
 	Upstream  upstream.Config // zero fields take the upstream package's defaults
 	Telemetry Telemetry
 	Workflow  Workflow
+	Async     Async // off unless async.redis_url is set
 	Trust     Trust
 	Admission Admission
 
@@ -212,6 +213,7 @@ func (c *Config) decode() {
 	v.str("/telemetry/tracing/protocol", &t.Tracing.Protocol)
 	v.str("/telemetry/tracing/endpoint", &t.Tracing.Endpoint)
 
+	c.decodeAsync(v)
 	c.decodeAdmission(v)
 
 	switch w, _ := c.doc.Value("/workflow"); w := w.(type) {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/gorilla/mux"
 	"github.com/sirupsen/logrus"
 
 	"github.com/celflow/celflow/engine"
@@ -46,6 +47,12 @@ type Options struct {
 	// InFlight, when set, is called as an inference request starts; the
 	// function it returns is called when it ends (an in-flight gauge).
 	InFlight func() (done func())
+
+	// Routes are extra handlers on the listener (GET/DELETE
+	// /v1/requests/{id} of the async broker), served behind the same request
+	// id, draining, panic and log wrapper as the inference routes. Path is a
+	// gorilla/mux template; a path already routed is a programming error.
+	Routes []Route
 
 	// Log receives every log line; nil uses logrus.StandardLogger().
 	Log *logrus.Logger
@@ -89,6 +96,17 @@ type Options struct {
 	Admission         Admission
 	AdmissionObserver admission.Observer
 }
+
+// Route is one extra handler (Options.Routes).
+type Route struct {
+	Path    string   // mux template, e.g. /v1/requests/{id}
+	Methods []string // e.g. GET, DELETE
+	Handler http.Handler
+}
+
+// PathVar returns a path variable of an extra route's request ("" when
+// none): handlers need not import gorilla/mux.
+func PathVar(r *http.Request, name string) string { return mux.Vars(r)[name] }
 
 // Live is the part of a server's configuration that can change while it
 // runs (a config reload). The server keeps it as one immutable snapshot

@@ -33,6 +33,9 @@ func (s *Server) routes() *mux.Router {
 	}
 	r.HandleFunc(PathHealth, s.healthz).Methods(http.MethodGet) // vLLM's liveness path
 	r.HandleFunc(PathModels, s.listModels).Methods(http.MethodGet)
+	for _, x := range s.opts.Routes {
+		r.Handle(x.Path, x.Handler).Methods(x.Methods...)
+	}
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, engine.Errorf(engine.KindNotFound, "no route for %s %s", r.Method, cutPath(r.URL.EscapedPath())))
 	})

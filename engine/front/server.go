@@ -134,7 +134,7 @@ func (s *Server) Run(ctx context.Context) int {
 	served := make(chan error, 1)
 	// Plain connections are watched for ambiguous framing (framing.go);
 	// TLS connections reach net/http as *tls.Conn (HTTP/2 by ALPN).
-	framed := framedListener{Listener: tlsListener(ln, srv), maxLine: srv.MaxHeaderBytes + 4096}
+	framed := framedListener{Listener: tlsListener(ln, srv), maxLine: srv.MaxHeaderBytes + 4096, log: s.log}
 	go func() { served <- srv.Serve(framed) }()
 	s.ready.Store(true)
 	s.log.WithFields(logrus.Fields{"listen": ln.Addr().String(), "tls": s.opts.TLS != nil}).Info("celflow is serving")

@@ -69,7 +69,8 @@ func (c *client) pick(r Role, exclude []string) (*Target, error) {
 		return nil, fmt.Errorf("%w %q", ErrNoEndpoint, r)
 	}
 	if !c.direct {
-		return &Target{Base: c.gateway, Host: c.gatewayHost}, nil
+		c.gwInflight[i].Add(1)
+		return &Target{Base: c.gateway, Host: c.gatewayHost, done: c.gwDone[i]}, nil
 	}
 	p := c.pools[i]
 	if p == nil {

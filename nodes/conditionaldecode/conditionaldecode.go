@@ -109,7 +109,7 @@ func Build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 
 // Contract: the node may answer the client (a hit ends the run).
 func (n *ConditionalDecode) Contract() engine.Contract {
-	return engine.Contract{Role: string(upstream.RoleDecode), Responds: true}
+	return engine.Contract{Role: string(upstream.RoleDecode), Responds: true, Statuses: []int{412}}
 }
 
 var _ engine.Node = (*ConditionalDecode)(nil)

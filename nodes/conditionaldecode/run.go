@@ -39,16 +39,17 @@ func (n *ConditionalDecode) Run(ctx context.Context, x *engine.Exec) engine.Resu
 		return leg.Fail(0, e)
 	}
 	l := leg.NewLeg(x, upstream.RoleDecode, route.Path(), body, n.ttfb)
-	// Worker mode reads the reply's finish reason before relaying it, so it
-	// lets the transport negotiate and decode compression (Relay false);
-	// the client then gets the reply uncompressed.
-	l.Prefer, l.Relay = true, !worker
-	if !worker {
-		// upstream leaves a relayed 2xx unbounded; in worker mode a hit's
-		// reply is read and relayed by this node, so the read deadlines
-		// would cut a long hit: stream_idle_timeout bounds it instead.
-		n.body.Apply(l)
+	l.Prefer, l.Relay = true, true
+	if worker {
+		// Worker mode reads the reply's finish reason before relaying it:
+		// the client's Accept-Encoding is not forwarded, so the worker
+		// answers uncompressed (identity) and the client gets it so.
+		l.Header = withoutAcceptEncoding(l.Header)
 	}
+	// upstream leaves a relayed 2xx unbounded; in worker mode (Probe) it
+	// bounds one until the verdict, and a hit lifts the bounds (judge).
+	l.Probe = worker
+	n.body.Apply(l)
 	res = engine.Result{Attrs: leg.Attrs(t, l)}
 	if n.client.Direct() && !worker {
 		res.Attrs["celflow.predicted"] = "hit"
@@ -81,7 +82,9 @@ func (n *ConditionalDecode) Run(ctx context.Context, x *engine.Exec) engine.Resu
 			res.Err = e
 			return res
 		case v == verdictMiss:
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, missDrain))
+			// Not drained: a JSON miss was read whole already, and the
+			// rest of an SSE miss is unbounded (a relay leg's 2xx); closing
+			// costs that connection at most.
 			resp.Body.Close()
 			// The miss edges already route on: status 412 (PROTOCOL 5).
 			res.HTTPStatus, res.Header, res.Err = http.StatusPreconditionFailed, resp.Header, thresholdMiss()
@@ -125,6 +128,21 @@ func (n *ConditionalDecode) target(x *engine.Exec, worker bool) (*upstream.Targe
 		return nil, leg.Fail(0, e), false
 	}
 	return t, engine.Result{}, true
+}
+
+// withoutAcceptEncoding is h without Accept-Encoding: h itself when it has
+// none, else a shallow copy (the client's header map is shared by legs).
+func withoutAcceptEncoding(h http.Header) http.Header {
+	if _, ok := h["Accept-Encoding"]; !ok {
+		return h
+	}
+	c := make(http.Header, len(h))
+	for k, v := range h {
+		if k != "Accept-Encoding" {
+			c[k] = v
+		}
+	}
+	return c
 }
 
 // miss is the 412 outcome's error: edges route on response.status == 412;

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"mime"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/upstream"
 )
 
 // Worker-decided conditional decode (vLLM RFC #24256, as llm-d's routing
@@ -42,6 +44,7 @@ const finishCacheThreshold = "cache_threshold"
 func (n *ConditionalDecode) judge(ctx context.Context, resp *http.Response) (verdict, *engine.Error) {
 	sse := isEventStream(resp.Header.Get("Content-Type"))
 	if !sse && resp.ContentLength > probeLimit {
+		upstream.ReleaseBodyBounds(resp.Body)
 		return verdictHit, nil // longer than any cache_threshold reply: no read at all
 	}
 	body := resp.Body
@@ -66,12 +69,19 @@ func (n *ConditionalDecode) judge(ctx context.Context, resp *http.Response) (ver
 		case stalled.Load():
 			return v, engine.Errorf(engine.KindUpstreamTimeout, "reply stalled for %s before the cache verdict", n.idle)
 		}
+		var te *upstream.TimeoutError
+		if errors.As(err, &te) { // idle_timeout or body_timeout before the verdict
+			e := engine.Errorf(engine.KindUpstreamTimeout, "upstream %s before the cache verdict", te.Error())
+			e.Cause = err
+			return v, e
+		}
 		e := engine.Errorf(engine.KindBadGateway, "upstream reply could not be read")
 		e.Cause = err
 		return v, e
 	}
 	if v == verdictHit {
 		orig := resp.Body
+		upstream.ReleaseBodyBounds(orig) // a relayed hit has no total bound
 		resp.Body = replay{Reader: io.MultiReader(bytes.NewReader(head), orig), Closer: orig}
 	}
 	return v, nil

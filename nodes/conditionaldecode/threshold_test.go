@@ -1,12 +1,14 @@
 package conditionaldecode
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/upstream"
@@ -95,7 +97,7 @@ func TestWorkerModeVerdicts(t *testing.T) {
 			c := w.Calls()[0]
 			var sent map[string]any
 			if err := json.Unmarshal(c.Body, &sent); err != nil || sent["cache_hit_threshold"] != 0.75 ||
-				c.Header.Get("Prefer") != "if-available" || c.Header.Get("Accept-Encoding") == "br" {
+				c.Header.Get("Prefer") != "if-available" || c.Header.Get("Accept-Encoding") != "identity" {
 				t.Fatalf("leg %s %v", c.Body, c.Header)
 			}
 			if tc.miss {
@@ -169,4 +171,77 @@ func FuzzProbeStream(f *testing.F) {
 			t.Fatalf("head %q of %q: %v", head, b, err)
 		}
 	})
+}
+
+// Issue 10, worker mode: idle_timeout and body_timeout bound the reply
+// until the verdict (a JSON reply that stalls after its headers is a
+// 504, not a hold), and a hit lifts them: a stream that outlasts
+// body_timeout is relayed whole.
+func TestWorkerModeBodyBounds(t *testing.T) {
+	t.Run("stall before the verdict", func(t *testing.T) {
+		w := legtest.NewWorker(t, func(w http.ResponseWriter, r *http.Request, _ legtest.Call) {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"choices":[{"finish_reason":`)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		})
+		n := newNode(t, legtest.Gateway(t, w.URL), `{"mode":"worker","cache_hit_threshold":0.5,"idle_timeout":"30ms"}`)
+		run, rec := legtest.Run(t, engine.RouteChat, `{"messages":[]}`, nil)
+		res := n.Run(run.Ctx, legtest.Exec(run, "cd"))
+		if e := engine.AsError(res.Err); e == nil || e.Kind != engine.KindUpstreamTimeout || !strings.Contains(e.Msg, "stalled") ||
+			run.Answered() || rec.Body.Len() != 0 {
+			t.Fatalf("%+v", res)
+		}
+	})
+	t.Run("a hit outlasting body_timeout is relayed whole", func(t *testing.T) {
+		events := []string{roleEvent, tokenEvent, tokenEvent, tokenEvent, done}
+		w := legtest.NewWorker(t, func(w http.ResponseWriter, r *http.Request, _ legtest.Call) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for i, ev := range events {
+				if i > 1 { // after the verdict, slower than body_timeout in total
+					select {
+					case <-r.Context().Done():
+						return
+					case <-time.After(30 * time.Millisecond):
+					}
+				}
+				_, _ = io.WriteString(w, ev)
+				w.(http.Flusher).Flush()
+			}
+		})
+		n := newNode(t, legtest.Gateway(t, w.URL), `{"mode":"worker","cache_hit_threshold":0.5,"body_timeout":"40ms"}`)
+		run, rec := legtest.Run(t, engine.RouteChat, `{"messages":[],"stream":true}`, nil)
+		run.Req.Stream = true
+		res := n.Run(run.Ctx, legtest.Exec(run, "cd"))
+		if res.Err != nil || !res.Responded || rec.Body.String() != strings.Join(events, "") {
+			t.Fatalf("%+v, client %q", res, rec.Body)
+		}
+	})
+}
+
+// The cost worker mode adds to a hit before relaying it (issue 12).
+func BenchmarkJudge(b *testing.B) {
+	hitJSON := `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"` +
+		strings.Repeat("word ", 200) + `"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":200}}`
+	sse := roleEvent + tokenEvent + tokenEvent + done
+	for _, bc := range []struct {
+		name, body string
+		stream     bool
+	}{{"json-1KiB-hit", hitJSON, false}, {"json-miss", chatMissJSON, false}, {"sse-hit", sse, true}, {"sse-miss", missEvent + done, true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			n := &ConditionalDecode{}
+			ct := "application/json"
+			if bc.stream {
+				ct = "text/event-stream"
+			}
+			b.ReportAllocs()
+			for range b.N {
+				resp := &http.Response{Header: http.Header{"Content-Type": {ct}}, ContentLength: -1,
+					Body: io.NopCloser(strings.NewReader(bc.body))}
+				if _, e := n.judge(context.Background(), resp); e != nil {
+					b.Fatal(e)
+				}
+			}
+		})
+	}
 }

@@ -5,6 +5,7 @@ package e2e
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"net/http"
 	"strings"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/celflow/celflow/cmd/internal/demo"
 )
 
 // faultCase injects a fault on one role through the simulators'
@@ -111,6 +114,31 @@ func TestFaults(t *testing.T) {
 			}
 		})
 	}
+
+	// Issue 10 (ACCEPTANCE 116, 193): an encoder whose descriptor names
+	// another hash than the one the leg sent as the part's uuid: 502
+	// upstream_protocol_error at encode, and neither prefill nor decode is
+	// sent, so the wrong descriptor reaches no worker.
+	t.Run("encoder reply keyed by another hash is 502, nothing sent on", func(t *testing.T) {
+		id := "e2e-fault-ec-key"
+		png := demo.SamplePNG(demo.SampleWidth, demo.SampleHeight)
+		_, err := st.client().Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+			Model: model, MaxTokens: openai.Int(4),
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage([]openai.ChatCompletionContentPartUnionParam{
+				openai.TextContentPart(prompt("wrong ec key")),
+				openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: "data:image/png;base64," + base64.StdEncoding.EncodeToString(png)}),
+			})},
+		}, reqOpts(id, option.WithHeader("X-Sim-Fault", "encode:ec-key=img_0_elsewhere"))...)
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 502 || apiErr.Code != "upstream_protocol_error" ||
+			!strings.HasPrefix(apiErr.Message, "encode[0]: ") || strings.Contains(apiErr.Message, "img_0_elsewhere") {
+			t.Fatalf("got %v", err)
+		}
+		legs := st.legs(id)
+		if e, p, d := len(of(legs, "encode")), len(of(legs, "prefill")), len(of(legs, "decode")); e != 1 || p != 0 || d != 0 {
+			t.Errorf("%d encode, %d prefill, %d decode legs, want 1, 0, 0:\n%s", e, p, d, describe(legs))
+		}
+	})
 
 	// ACCEPTANCE 179: decode resets mid-stream after the reply started: the
 	// client sees a broken stream, not a clean end.

@@ -138,8 +138,9 @@ func ReadJSON(x *engine.Exec, resp *http.Response, limit int64) ([]byte, *engine
 }
 
 // ReadBody reads a 2xx body (at most limit bytes, decompressed; an expired
-// idle_timeout or body_timeout is KindUpstreamTimeout) without judging it, for callers that parse it with jsonb at once and would
-// otherwise scan it twice; they report a syntax error with Unparseable.
+// idle_timeout or body_timeout is KindUpstreamTimeout) without judging it,
+// for callers that parse it with jsonb at once and would otherwise scan it
+// twice; they report a syntax error with Unparseable.
 func ReadBody(x *engine.Exec, resp *http.Response, limit int64) ([]byte, *engine.Error) {
 	b, err := upstream.ReadBody(resp, limit)
 	if err != nil {
