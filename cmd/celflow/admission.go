@@ -1,10 +1,13 @@
 package main
 
 import (
+	"net/http"
+
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/admission"
 	"github.com/celflow/celflow/engine/config"
 	"github.com/celflow/celflow/engine/front"
+	"github.com/celflow/celflow/nodes/asyncbroker"
 )
 
 // admissionOf turns the config's admission section into the front's: one
@@ -21,3 +24,7 @@ func admissionOf(a config.Admission) front.Admission {
 		RetryAfter: a.RetryAfter,
 	}
 }
+
+// dispatchedRequest marks the async dispatcher's requests for admission:
+// spare capacity only, never a wait in the queue ahead of online requests.
+func dispatchedRequest(r *http.Request) bool { return asyncbroker.Dispatched(r.Context()) }

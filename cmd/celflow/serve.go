@@ -133,6 +133,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		Limits:            front.Limits{MaxHeaderBytes: s.MaxHeaderBytes, MaxHeaderCount: s.MaxHeaderCount},
 		Admission:         lv.Admission,
 		AdmissionObserver: m.AdmissionObserver(),
+		Background:        dispatchedRequest,
 	}
 	tlsSt.options(&opts)
 	srv := front.New(opts)

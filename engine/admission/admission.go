@@ -261,6 +261,19 @@ func (c *Controller) Acquire(ctx context.Context, class int, prio int64) error {
 	return c.reject(class, why, time.Since(start))
 }
 
+// Shed refuses a request that may not wait (background work after
+// TryAcquire failed): ErrShuttingDown once closed, else ErrQueueFull,
+// counted as either by the Observer.
+func (c *Controller) Shed(class int) error {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return c.reject(class, ErrShuttingDown, 0)
+	}
+	return c.reject(class, ErrQueueFull, 0)
+}
+
 // Release ends an admitted request and admits waiters into the freed room.
 func (c *Controller) Release(class int) {
 	c.mu.Lock()

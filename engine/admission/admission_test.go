@@ -244,6 +244,21 @@ func TestSetLimitsAdmitsWaiters(t *testing.T) {
 	}
 }
 
+func TestShed(t *testing.T) {
+	obs := &counts{}
+	c := New(2, Limits{MaxInFlight: 1}, obs)
+	if err := c.Shed(1); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("Shed: %v", err)
+	}
+	c.Close()
+	if err := c.Shed(1); !errors.Is(err, ErrShuttingDown) {
+		t.Fatalf("Shed after Close: %v", err)
+	}
+	if _, rej := obs.get(); rej[ReasonQueueFull] != 1 || rej[ReasonShuttingDown] != 1 {
+		t.Fatalf("rejections %v", rej)
+	}
+}
+
 func TestSpare(t *testing.T) {
 	c := New(3, Limits{MaxInFlight: 4, Class: []int{0, 0, 1}}, nil)
 	if _, bounded := New(3, Limits{}, nil).Spare(1); bounded {

@@ -47,8 +47,10 @@ func (s *Server) admitInFlight(x *exchange, r *http.Request, route engine.Route,
 	if s.adm.TryAcquire(class) {
 		return true
 	}
-	err := s.adm.Acquire(r.Context(), class, s.priority(x, r, route, lv.adm.Priority))
-	if err == nil {
+	var err error
+	if s.opts.Background != nil && s.opts.Background(r) {
+		err = s.adm.Shed(class) // spare capacity only: never queued ahead of online requests
+	} else if err = s.adm.Acquire(r.Context(), class, s.priority(x, r, route, lv.adm.Priority)); err == nil {
 		return true
 	}
 	var e *engine.Error

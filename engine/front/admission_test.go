@@ -282,3 +282,30 @@ func TestAdmissionRefusalBodySizes(t *testing.T) {
 	g.release <- struct{}{}
 	<-first
 }
+
+// Background work (the async dispatcher's requests) takes spare capacity
+// only: at the bound it is refused at once, never queued ahead of online
+// requests, which still wait.
+func TestAdmissionBackgroundNeverQueues(t *testing.T) {
+	g := newGate()
+	h := start(t, g.runner(), func(o *Options) {
+		o.Admission = Admission{Limits: admission.Limits{MaxInFlight: 1, MaxQueue: 4, QueueTimeout: time.Minute}}
+		o.Background = func(r *http.Request) bool { return r.Header.Get("X-Test-Background") == "1" }
+	})
+	first := h.send(t, "")
+	<-g.entered
+	resp, body := h.do(t, http.MethodPost, "/v1/chat/completions", `{}`, map[string]string{"X-Test-Background": "1"})
+	checkRefusal(t, reply{resp, body}, 429, "rate_limit_error", "overloaded", "1")
+	if n := h.srv.Admission().Queued(); n != 0 {
+		t.Fatalf("background request queued (%d waiting)", n)
+	}
+	online := h.send(t, "")
+	waitFor(t, "the online request to queue", func() bool { return h.srv.Admission().Queued() == 1 })
+	g.release <- struct{}{}
+	g.release <- struct{}{}
+	for _, c := range []<-chan reply{first, online} {
+		if r := <-c; r.resp.StatusCode != 200 {
+			t.Fatalf("status %d", r.resp.StatusCode)
+		}
+	}
+}

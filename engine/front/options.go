@@ -95,6 +95,10 @@ type Options struct {
 	// admission decision (metrics).
 	Admission         Admission
 	AdmissionObserver admission.Observer
+	// Background, when set, marks requests that must never wait in the
+	// admission queue (the async dispatcher's): they are admitted only
+	// into spare capacity, else refused at once with 429 overloaded.
+	Background func(*http.Request) bool
 }
 
 // Route is one extra handler (Options.Routes).
