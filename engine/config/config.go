@@ -187,8 +187,12 @@ func (c *Config) decode() {
 	v.str("/upstream/gateway", &u.Gateway)
 	v.str("/upstream/render", &u.Render)
 	v.str("/upstream/picker", &u.Picker)
-	for _, r := range []upstream.Role{upstream.RoleEncode, upstream.RolePrefill, upstream.RoleDecode} {
-		if eps, ok := v.pool("/upstream/pools/" + string(r)); ok {
+	// The roles' pools and the named ones (target rules choose those).
+	pools, _ := c.doc.Value("/upstream/pools")
+	poolMap, _ := pools.(map[string]any) // env overrides are in the value, not in Keys' index
+	for name := range poolMap {
+		r := upstream.Role(name)
+		if eps, ok := v.pool(schema.Ptr("/upstream/pools", name)); ok {
 			if u.Pools == nil {
 				u.Pools = map[upstream.Role][]upstream.Endpoint{}
 			}
