@@ -145,10 +145,14 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		Routes:            as.routes(),
 		ClientFields:      lv.ClientFields,
 		Limits:            front.Limits{MaxHeaderBytes: s.MaxHeaderBytes, MaxHeaderCount: s.MaxHeaderCount},
+		Admission:         lv.Admission,
+		AdmissionObserver: m.AdmissionObserver(),
+		Background:        dispatchedRequest,
 	}
 	tlsSt.options(&opts)
 	srv := front.New(opts)
 	srv.SetModels(g.models())
+	m.WatchAdmission(srv.Admission())
 	log.WithFields(g.fields()).Info("workflow loaded")
 
 	// Reloads run on their own goroutine, one at a time, and stop when the
