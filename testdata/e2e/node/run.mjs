@@ -198,14 +198,24 @@ function cases(client) {
         `error.message ${JSON.stringify(err.error?.message)} does not end with the request id`);
     }],
 
+    ['models.list() reads GET /v1/models (the SDK\'s usual first call)', async () => {
+      const ids = [];
+      for await (const m of client.models.list()) {
+        eq(m.object, 'model', 'model.object');
+        check(typeof m.id === 'string' && m.id.length > 0, `model id ${JSON.stringify(m.id)}`);
+        ids.push(m.id);
+      }
+      check(ids.length > 0, 'no models listed');
+    }],
+
     ['unknown route is a 404 not_found OpenAI error', async () => {
       let err;
       try {
-        await client.models.list();
+        await client.embeddings.create({ model: 'm', input: 'x' });
       } catch (e) {
         err = e;
       }
-      check(err instanceof OpenAI.NotFoundError, `want NotFoundError for /v1/models, got ${err}`);
+      check(err instanceof OpenAI.NotFoundError, `want NotFoundError for /v1/embeddings, got ${err}`);
       eq(err.code, 'not_found', 'error.code');
       eq(err.type, 'invalid_request_error', 'error.type');
     }],
