@@ -3,6 +3,7 @@ package jsonb
 import (
 	"bytes"
 	"hash/maphash"
+	"math"
 	"strconv"
 	"unicode/utf8"
 )
@@ -28,10 +29,11 @@ import (
 // Measured with BenchmarkObjectKeys (see the commit message).
 const linearMax = 32
 
-// stackKeys is the stack's capacity: room for three levels of full
-// objects at once, which covers every real request body. Past it, objects
-// use a hashed set: correct, just not allocation-free.
-const stackKeys = 96
+// stackKeys is the stack's capacity: two levels of full objects at once,
+// more than real request bodies nest names. Past it, objects use a hashed
+// set: correct, just not allocation-free. The stack is zeroed with every
+// scanner, so it stays small (12 bytes a key).
+const stackKeys = 64
 
 // DuplicateKeyError reports a member name that occurs twice in one object.
 type DuplicateKeyError struct {
@@ -50,15 +52,28 @@ func (e *DuplicateKeyError) Error() string {
 	return "duplicate member name " + e.Path + " at offset " + strconv.Itoa(e.Offset)
 }
 
-// keyRef is one key: its quotes [start,end) and the hash of its text.
+// keyRef is one key on the stack: its quotes [start,end) and the hash of
+// its text. Offsets are 32-bit; a buffer over 4 GiB never uses the stack.
 type keyRef struct {
-	start, end int
-	h          uint64
+	start, end uint32
+	h          uint32
 }
 
 type keyStack struct {
-	refs [stackKeys]keyRef
-	n    int
+	refs  [stackKeys]keyRef
+	n     int
+	limit int // usable slots: stackKeys, or 0 for a buffer too long for keyRef
+}
+
+func (st *keyStack) init(buf []byte) {
+	if uint64(len(buf)) <= math.MaxUint32 {
+		st.limit = stackKeys
+	}
+}
+
+// wideRef is a key in a bigSet.
+type wideRef struct {
+	start, end int
 }
 
 // memberSet is the names seen so far in one object: n keys on the stack
@@ -72,74 +87,78 @@ type memberSet struct {
 // hash are chained and compared exactly. It allocates its tables (a few
 // times per object as they grow), never per key.
 type bigSet struct {
-	refs []keyRef
+	refs []wideRef
 	prev []int32          // per ref: the previous ref with the same hash, -1
-	last map[uint64]int32 // hash -> the latest ref with it
+	last map[uint32]int32 // hash -> the latest ref with it
 }
 
 var keySeed = maphash.MakeSeed()
 
 // keyHash hashes a key's decoded text: escape-free keys in place, others
-// (rare) after decoding, so "a" and "\u0061" hash alike.
-func keyHash(q []byte) uint64 {
+// (rare) after decoding, so "a" and "\u0061" hash alike. 32 bits are
+// plenty: equal hashes are only a hint, confirmed by sameKey, and the seed
+// is chosen per process, so a client cannot aim at collisions.
+func keyHash(q []byte) uint32 {
 	if plainKey(q) {
-		return maphash.Bytes(keySeed, q[1:len(q)-1])
+		return uint32(maphash.Bytes(keySeed, q[1:len(q)-1]))
 	}
-	return maphash.String(keySeed, unquoteKey(q))
+	return uint32(maphash.String(keySeed, unquoteKey(q)))
 }
 
 // add records the key b[ks:ke] and reports whether the object already had it.
 func (ms *memberSet) add(st *keyStack, b []byte, ks, ke int) bool {
-	k := keyRef{start: ks, end: ke, h: keyHash(b[ks:ke])}
+	h := keyHash(b[ks:ke])
 	if ms.big == nil {
-		if ms.n < linearMax && st.n < len(st.refs) {
+		if ms.n < linearMax && st.n < st.limit {
 			dup := false
 			for j := ms.base; j < st.n; j++ {
-				if st.refs[j].h == k.h && sameKey(b, &st.refs[j], &k) {
+				if r := &st.refs[j]; r.h == h && sameKey(b, int(r.start), int(r.end), ks, ke) {
 					dup = true
 					break
 				}
 			}
-			st.refs[st.n] = k
+			st.refs[st.n] = keyRef{start: uint32(ks), end: uint32(ke), h: h}
 			st.n++
 			ms.n++
 			return dup
 		}
-		bs := &bigSet{refs: make([]keyRef, 0, 2*linearMax), prev: make([]int32, 0, 2*linearMax),
-			last: make(map[uint64]int32, 2*linearMax)}
+		bs := &bigSet{refs: make([]wideRef, 0, 2*linearMax), prev: make([]int32, 0, 2*linearMax),
+			last: make(map[uint32]int32, 2*linearMax)}
 		for j := ms.base; j < ms.base+ms.n; j++ {
-			bs.insert(b, st.refs[j]) // distinct: a repeat was already reported
+			r := &st.refs[j]
+			bs.insert(b, int(r.start), int(r.end), r.h) // distinct: a repeat was already reported
 		}
 		ms.big = bs
 		st.n = ms.base // the nested objects that follow reuse the slots
 	}
 	ms.n++
-	return ms.big.insert(b, k)
+	return ms.big.insert(b, ks, ke, h)
 }
 
-// insert adds k and reports whether an equal key was there already.
-func (bs *bigSet) insert(b []byte, k keyRef) bool {
-	p, ok := bs.last[k.h]
+// insert adds the key b[ks:ke] and reports whether an equal key was there already.
+func (bs *bigSet) insert(b []byte, ks, ke int, h uint32) bool {
+	p, ok := bs.last[h]
 	if !ok {
 		p = -1
 	}
 	for j := p; j >= 0; j = bs.prev[j] {
-		if sameKey(b, &bs.refs[j], &k) {
+		if sameKey(b, bs.refs[j].start, bs.refs[j].end, ks, ke) {
 			return true
 		}
 	}
-	bs.refs = append(bs.refs, k)
+	bs.refs = append(bs.refs, wideRef{ks, ke})
 	bs.prev = append(bs.prev, p)
-	bs.last[k.h] = int32(len(bs.refs) - 1)
+	bs.last[h] = int32(len(bs.refs) - 1)
 	return false
 }
 
-// sameKey compares two keys with equal hashes by their decoded text.
-func sameKey(b []byte, x, y *keyRef) bool {
-	if bytes.Equal(b[x.start:x.end], b[y.start:y.end]) {
+// sameKey compares the keys b[xs:xe] and b[ys:ye] (equal hashes) by their
+// decoded text.
+func sameKey(b []byte, xs, xe, ys, ye int) bool {
+	if bytes.Equal(b[xs:xe], b[ys:ye]) {
 		return true
 	}
-	return unquoteKey(b[x.start:x.end]) == unquoteKey(b[y.start:y.end])
+	return unquoteKey(b[xs:xe]) == unquoteKey(b[ys:ye])
 }
 
 // plainKey reports whether a quoted key reads as its own bytes: no escape

@@ -304,6 +304,7 @@ func unquoteString(q []byte) (string, bool) {
 
 func parse(buf []byte) (*Object, error) {
 	s := scanner{b: buf, dups: true, dupAt: -1}
+	s.keys.init(buf)
 	i := s.ws(0)
 	if i >= len(buf) {
 		return nil, s.fail(i, "empty body")
@@ -335,6 +336,7 @@ func parse(buf []byte) (*Object, error) {
 
 func objectAt(buf []byte, start int) (*Object, error) {
 	s := scanner{b: buf, dups: true, dupAt: -1}
+	s.keys.init(buf)
 	if start < 0 || start >= len(buf) || buf[start] != '{' {
 		return nil, ErrNotObject
 	}
