@@ -74,6 +74,7 @@ func (st *keyStack) init(buf []byte) {
 // wideRef is a key in a bigSet.
 type wideRef struct {
 	start, end int
+	h          uint32
 }
 
 // memberSet is the names seen so far in one object: n keys on the stack
@@ -83,13 +84,13 @@ type memberSet struct {
 	big     *bigSet
 }
 
-// bigSet indexes the keys of a large object by hash; keys with the same
-// hash are chained and compared exactly. It allocates its tables (a few
-// times per object as they grow), never per key.
+// bigSet indexes the keys of a large object in an open-addressing table
+// of their hashes (linear probing, at most half full); equal hashes are
+// confirmed by sameKey. It allocates only when it grows (doubling), never
+// per key, and costs about as much per key as the scan of the key itself.
 type bigSet struct {
-	refs []wideRef
-	prev []int32          // per ref: the previous ref with the same hash, -1
-	last map[uint32]int32 // hash -> the latest ref with it
+	refs  []wideRef
+	slots []int32 // 1 + index into refs, 0 = empty; len is a power of two
 }
 
 var keySeed = maphash.MakeSeed()
@@ -122,8 +123,7 @@ func (ms *memberSet) add(st *keyStack, b []byte, ks, ke int) bool {
 			ms.n++
 			return dup
 		}
-		bs := &bigSet{refs: make([]wideRef, 0, 2*linearMax), prev: make([]int32, 0, 2*linearMax),
-			last: make(map[uint32]int32, 2*linearMax)}
+		bs := &bigSet{refs: make([]wideRef, 0, 2*linearMax), slots: make([]int32, 4*linearMax)}
 		for j := ms.base; j < ms.base+ms.n; j++ {
 			r := &st.refs[j]
 			bs.insert(b, int(r.start), int(r.end), r.h) // distinct: a repeat was already reported
@@ -137,19 +137,33 @@ func (ms *memberSet) add(st *keyStack, b []byte, ks, ke int) bool {
 
 // insert adds the key b[ks:ke] and reports whether an equal key was there already.
 func (bs *bigSet) insert(b []byte, ks, ke int, h uint32) bool {
-	p, ok := bs.last[h]
-	if !ok {
-		p = -1
+	if 2*(len(bs.refs)+1) > len(bs.slots) {
+		bs.grow()
 	}
-	for j := p; j >= 0; j = bs.prev[j] {
-		if sameKey(b, bs.refs[j].start, bs.refs[j].end, ks, ke) {
+	mask := uint32(len(bs.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		sl := bs.slots[i]
+		if sl == 0 {
+			bs.refs = append(bs.refs, wideRef{start: ks, end: ke, h: h})
+			bs.slots[i] = int32(len(bs.refs))
+			return false
+		}
+		if r := &bs.refs[sl-1]; r.h == h && sameKey(b, r.start, r.end, ks, ke) {
 			return true
 		}
 	}
-	bs.refs = append(bs.refs, wideRef{ks, ke})
-	bs.prev = append(bs.prev, p)
-	bs.last[h] = int32(len(bs.refs) - 1)
-	return false
+}
+
+func (bs *bigSet) grow() {
+	bs.slots = make([]int32, 2*len(bs.slots))
+	mask := uint32(len(bs.slots) - 1)
+	for k := range bs.refs {
+		i := bs.refs[k].h & mask
+		for bs.slots[i] != 0 {
+			i = (i + 1) & mask
+		}
+		bs.slots[i] = int32(k + 1)
+	}
 }
 
 // sameKey compares the keys b[xs:xe] and b[ys:ye] (equal hashes) by their
