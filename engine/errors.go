@@ -33,6 +33,9 @@ const (
 	KindShuttingDown                 // 503 server_error shutting_down
 	KindCancelled                    // client went away: 499 in logs and metrics, nothing is written
 	KindDuplicateKey                 // 400 invalid_request_error duplicate_key, Param = the JSON path
+	KindReservedField                // 400 invalid_request_error reserved_field, Param = the JSON path
+	KindHeadersTooLarge              // 431 invalid_request_error request_header_fields_too_large
+	KindBadFraming                   // 400 invalid_request_error invalid_framing (the connection is closed)
 )
 
 // Error is celflow's typed error. Message must never contain an upstream
@@ -53,8 +56,9 @@ type Error struct {
 	UpstreamMsg string
 	// Cause is for logs only; it is never shown to clients.
 	Cause error
-	// Param is the reply's "param": the JSON path of the offending field
-	// (KindDuplicateKey), "" for null.
+	// Param is the error body's "param": the JSON path of the offending
+	// field (for example sampling_params.extra_args.kv_transfer_params),
+	// "" for null.
 	Param string
 }
 
@@ -131,8 +135,10 @@ func AsError(err error) *Error {
 // HTTPStatus is THE mapping from error kinds to reply statuses.
 func (e *Error) HTTPStatus() int {
 	switch e.Kind {
-	case KindInvalidJSON, KindInvalidRequest, KindInvalidMedia, KindMediaFetchFailed, KindDuplicateKey:
+	case KindInvalidJSON, KindInvalidRequest, KindInvalidMedia, KindMediaFetchFailed, KindDuplicateKey, KindReservedField, KindBadFraming:
 		return http.StatusBadRequest
+	case KindHeadersTooLarge:
+		return http.StatusRequestHeaderFieldsTooLarge
 	case KindTooLarge:
 		return http.StatusRequestEntityTooLarge
 	case KindNotFound:
@@ -211,6 +217,12 @@ func (e *Error) Code() string {
 		return "client_closed_request"
 	case KindDuplicateKey:
 		return "duplicate_key"
+	case KindReservedField:
+		return "reserved_field"
+	case KindHeadersTooLarge:
+		return "request_header_fields_too_large"
+	case KindBadFraming:
+		return "invalid_framing"
 	}
 	return "internal_error"
 }

@@ -88,7 +88,7 @@ func WriteError(w http.ResponseWriter, e *Error, requestID string) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Request-Id", requestID)
-	if e.Kind == KindShuttingDown {
+	if e.Kind == KindShuttingDown || e.Kind == KindHeadersTooLarge || e.Kind == KindBadFraming {
 		h.Set("Connection", "close")
 	}
 	w.WriteHeader(e.HTTPStatus())

@@ -69,8 +69,10 @@ func (g *generation) live() front.Live {
 		}
 	}
 	s := g.cfg.Server
+	// The schema's enum admits only known names.
+	fields, _ := front.ParseClientFields(g.cfg.Trust.ClientFields)
 	return front.Live{Runners: runners, MaxBodyBytes: s.MaxBodyBytes(), WriteTimeout: s.WriteTimeout,
-		DrainDelay: s.DrainDelay, ShutdownTimeout: s.ShutdownTimeout}
+		DrainDelay: s.DrainDelay, ShutdownTimeout: s.ShutdownTimeout, ClientFields: fields}
 }
 
 func (g *generation) fields() logrus.Fields {
@@ -93,6 +95,8 @@ var restartKeys = []struct {
 	{"telemetry.tracing.enabled", func(c *config.Config) string { return fmt.Sprint(c.Telemetry.Tracing.Enabled) }},
 	{"telemetry.tracing.protocol", func(c *config.Config) string { return c.Telemetry.Tracing.Protocol }},
 	{"telemetry.tracing.endpoint", func(c *config.Config) string { return c.Telemetry.Tracing.Endpoint }},
+	{"server.max_header_bytes", func(c *config.Config) string { return fmt.Sprint(c.Server.MaxHeaderBytes) }},
+	{"server.max_header_count", func(c *config.Config) string { return fmt.Sprint(c.Server.MaxHeaderCount) }},
 }
 
 // reloader applies SIGHUP: one reload at a time, from one goroutine.

@@ -108,6 +108,8 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		WriteTimeout:      lv.WriteTimeout,
 		DrainDelay:        lv.DrainDelay,
 		ShutdownTimeout:   lv.ShutdownTimeout,
+		ClientFields:      lv.ClientFields,
+		Limits:            front.Limits{MaxHeaderBytes: s.MaxHeaderBytes, MaxHeaderCount: s.MaxHeaderCount},
 	})
 	log.WithFields(g.fields()).Info("workflow loaded")
 

@@ -41,6 +41,7 @@ type Config struct {
 	Upstream  upstream.Config // zero fields take the upstream package's defaults
 	Telemetry Telemetry
 	Workflow  Workflow
+	Trust     Trust
 
 	doc     *schema.Doc
 	fromEnv map[string]string // pointer → the variable that set it
@@ -55,6 +56,14 @@ type Server struct {
 	WriteTimeout       time.Duration
 	DrainDelay         time.Duration
 	ShutdownTimeout    time.Duration
+	MaxHeaderBytes     int
+	MaxHeaderCount     int
+}
+
+// Trust is the `trust:` section (docs/threat-model.md).
+type Trust struct {
+	ClientFields []string // families of celflow-owned body fields clients may send
+	OwnedHeaders []string // extra header names never forwarded from clients (also in Upstream.OwnedHeaders)
 }
 
 // MaxBodyBytes is the body cap in bytes (the schema bounds it to int64).
@@ -85,6 +94,8 @@ func Defaults() Config {
 			WriteTimeout:       120 * time.Second,
 			DrainDelay:         5 * time.Second,
 			ShutdownTimeout:    25 * time.Second,
+			MaxHeaderBytes:     60 << 10,
+			MaxHeaderCount:     100,
 		},
 		Upstream: upstream.Config{
 			Picker:              "round-robin",
@@ -156,6 +167,11 @@ func (c *Config) decode() {
 	v.dur("/server/write_timeout", &c.Server.WriteTimeout)
 	v.dur("/server/drain_delay", &c.Server.DrainDelay)
 	v.dur("/server/shutdown_timeout", &c.Server.ShutdownTimeout)
+	v.int("/server/max_header_bytes", &c.Server.MaxHeaderBytes)
+	v.int("/server/max_header_count", &c.Server.MaxHeaderCount)
+	c.Trust = Trust{}
+	v.list("/trust/client_fields", &c.Trust.ClientFields)
+	v.list("/trust/owned_headers", &c.Trust.OwnedHeaders)
 
 	u := &c.Upstream
 	v.str("/upstream/mode", &u.Mode)
@@ -178,6 +194,7 @@ func (c *Config) decode() {
 	v.int("/upstream/conditional_decode/short_prompt_tokens", &u.ShortPromptTokens)
 	v.int("/upstream/conditional_decode/prefix_block_tokens", &u.PrefixBlockTokens)
 	v.int("/upstream/conditional_decode/prefix_index_size", &u.PrefixIndexSize)
+	u.OwnedHeaders = c.Trust.OwnedHeaders
 
 	t := &c.Telemetry
 	v.str("/telemetry/log_level", &t.LogLevel)
@@ -265,4 +282,20 @@ func (v values) pool(ptr string) ([]upstream.Endpoint, bool) {
 		}
 	}
 	return eps, true
+}
+
+// list reads an array of strings.
+func (v values) list(ptr string, dst *[]string) {
+	x, ok := v.d.Value(ptr)
+	if !ok {
+		return
+	}
+	items, _ := x.([]any)
+	out := make([]string, 0, len(items))
+	for _, it := range items {
+		if s, ok := it.(string); ok {
+			out = append(out, s)
+		}
+	}
+	*dst = out
 }

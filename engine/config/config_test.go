@@ -27,7 +27,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Server{Listen: ":8080", MaxRequestBodySize: 64, ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 30 * time.Second, WriteTimeout: 120 * time.Second, DrainDelay: 5 * time.Second,
-		ShutdownTimeout: 25 * time.Second}
+		ShutdownTimeout: 25 * time.Second, MaxHeaderBytes: 60 << 10, MaxHeaderCount: 100}
 	if c.Server != want {
 		t.Fatalf("server %+v", c.Server)
 	}
@@ -43,8 +43,11 @@ func TestDefaults(t *testing.T) {
 	u := c.Upstream
 	if u.Picker != "round-robin" || u.FailureThreshold != 3 || u.EjectFor != 10*time.Second ||
 		u.IdleConnTimeout != 4*time.Second || u.MaxIdleConnsPerHost != 256 || u.MaxConnsPerHost != 0 ||
-		u.PrefixBlockTokens != 16 || u.PrefixIndexSize != 10000 || u.ShortPromptTokens != 0 {
+		u.PrefixBlockTokens != 16 || u.PrefixIndexSize != 10000 || u.ShortPromptTokens != 0 || u.OwnedHeaders != nil {
 		t.Fatalf("upstream %+v", u)
+	}
+	if c.Server.MaxHeaderBytes != 60<<10 || c.Server.MaxHeaderCount != 100 || c.Trust.ClientFields != nil || c.Trust.OwnedHeaders != nil {
+		t.Fatalf("limits %+v trust %+v", c.Server, c.Trust)
 	}
 }
 
@@ -52,7 +55,8 @@ func TestDefaults(t *testing.T) {
 func TestFullConfig(t *testing.T) {
 	yaml := `
 server: {listen: "127.0.0.1:9000", max_request_body_size: 5.0, read_header_timeout: 1s, read_timeout: 2s,
-         write_timeout: 3s, drain_delay: 4s, shutdown_timeout: 5s}
+         write_timeout: 3s, drain_delay: 4s, shutdown_timeout: 5s, max_header_bytes: 8192, max_header_count: 50}
+trust: {client_fields: [kv_transfer_params, media_uuid], owned_headers: [x-tenant-route]}
 upstream:
   mode: direct
   pools:
@@ -70,7 +74,7 @@ workflow: /abs/wf.yaml
 	if c == nil {
 		t.Fatal(diags)
 	}
-	if c.Server != (Server{"127.0.0.1:9000", 5, time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second, 5 * time.Second}) {
+	if c.Server != (Server{"127.0.0.1:9000", 5, time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second, 5 * time.Second, 8192, 50}) {
 		t.Fatalf("server %+v", c.Server)
 	}
 	want := upstream.Config{Mode: "direct", Picker: "least-in-flight",
@@ -80,7 +84,11 @@ workflow: /abs/wf.yaml
 			"decode":  {{URL: "http://d1:8000"}, {URL: "http://d2:8000"}},
 		},
 		FailureThreshold: 2, EjectFor: 7 * time.Second, IdleConnTimeout: 3 * time.Second,
-		MaxIdleConnsPerHost: 64, MaxConnsPerHost: 100, ShortPromptTokens: 32, PrefixBlockTokens: 8, PrefixIndexSize: 500}
+		MaxIdleConnsPerHost: 64, MaxConnsPerHost: 100, ShortPromptTokens: 32, PrefixBlockTokens: 8, PrefixIndexSize: 500,
+		OwnedHeaders: []string{"x-tenant-route"}}
+	if !reflect.DeepEqual(c.Trust, Trust{ClientFields: []string{"kv_transfer_params", "media_uuid"}, OwnedHeaders: []string{"x-tenant-route"}}) {
+		t.Fatalf("trust %+v", c.Trust)
+	}
 	if !reflect.DeepEqual(c.Upstream, want) {
 		t.Fatalf("upstream\n got %+v\nwant %+v", c.Upstream, want)
 	}
@@ -130,6 +138,10 @@ func TestInvalid(t *testing.T) {
 		{"bootstrap port", "upstream: {pools: {prefill: [{url: http://p, bootstrap_port: 70000}]}}\nworkflow: w\n",
 			[]string{`upstream.pools.prefill[0].bootstrap_port: must be <= 65535`}},
 		{"bool as string", "telemetry: {tracing: {enabled: \"true\"}}\nworkflow: w\n", []string{`telemetry.tracing.enabled: expected boolean`}},
+		{"unknown client field", "trust: {client_fields: [kv]}\nworkflow: w\n", []string{`trust.client_fields[0]: must be one of`}},
+		{"header name with a space", "trust: {owned_headers: [\"x a\"]}\nworkflow: w\n", []string{`trust.owned_headers[0]:`}},
+		{"header cap too small", "server: {max_header_bytes: 10, max_header_count: 0}\nworkflow: w\n",
+			[]string{`server.max_header_bytes: must be >= 1024`, `server.max_header_count: must be >= 1`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -182,6 +194,9 @@ func TestEnv(t *testing.T) {
 		"CELFLOW_TELEMETRY_TRACING_ENABLED":         "true",
 		"CELFLOW_UPSTREAM_CONNECTIONS_MAX_PER_HOST": "12",
 		"CELFLOW_TELEMETRY_LOG_FORMAT":              "", // empty: ignored
+		"CELFLOW_TRUST_CLIENT_FIELDS":               "bootstrap, tokens",
+		"CELFLOW_TRUST_OWNED_HEADERS":               "X-A",
+		"CELFLOW_SERVER_MAX_HEADER_COUNT":           "7",
 	})
 	if c == nil {
 		t.Fatal(diags)
@@ -189,6 +204,10 @@ func TestEnv(t *testing.T) {
 	if c.Server.Listen != ":9090" || c.Server.MaxRequestBodySize != 5 || c.Server.DrainDelay != 0 ||
 		!c.Telemetry.Tracing.Enabled || c.Upstream.MaxConnsPerHost != 12 || c.Telemetry.LogFormat != "" {
 		t.Fatalf("%+v %+v", c.Server, c.Telemetry)
+	}
+	if !reflect.DeepEqual(c.Trust.ClientFields, []string{"bootstrap", "tokens"}) || !reflect.DeepEqual(c.Upstream.OwnedHeaders, []string{"X-A"}) ||
+		c.Server.MaxHeaderCount != 7 {
+		t.Fatalf("trust %+v, owned %v, count %d", c.Trust, c.Upstream.OwnedHeaders, c.Server.MaxHeaderCount)
 	}
 	if d := c.Upstream.Pools["decode"]; len(d) != 2 || d[1].URL != "http://d2:8000" {
 		t.Fatalf("pools %+v", c.Upstream.Pools)

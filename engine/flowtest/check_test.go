@@ -6,6 +6,8 @@ import (
 	"math/big"
 	"net/http"
 	"strings"
+
+	"github.com/celflow/celflow/engine/upstream"
 )
 
 // hopByHop are the RFC 9110 hop-by-hop headers PROTOCOL 2.2 drops.
@@ -176,9 +178,11 @@ func (k *checker) leg(where string, l *leg, id string, client http.Header) {
 	k.traceparent(where, l, client)
 }
 
-// dropped lists what PROTOCOL 2.2 drops from the client's headers.
+// dropped lists what PROTOCOL 2.2 drops from the client's headers: the
+// hop-by-hop ones and every header naming a phase or an endpoint
+// (upstream.OwnedHeaders, docs/threat-model.md).
 func dropped(client http.Header) []string {
-	out := append([]string{"Epp-Profile", "Prefer"}, hopByHop...)
+	out := append(append([]string(nil), upstream.OwnedHeaders...), hopByHop...)
 	for _, v := range client.Values("Connection") {
 		for _, name := range strings.Split(v, ",") {
 			if name = http.CanonicalHeaderKey(strings.TrimSpace(name)); name != "" {

@@ -35,6 +35,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.track.done()
 	defer s.finish(x, r)
 
+	if !s.admit(x, r) { // framing and header limits (limits.go)
+		return
+	}
 	if s.draining.Load() && r.URL.Path != PathHealthz {
 		x.route = routeOf(r.URL.Path)
 		s.fail(x, engine.Errorf(engine.KindShuttingDown, "server is shutting down"))
@@ -99,12 +102,21 @@ func (s *Server) inference(route engine.Route) http.Handler {
 			return
 		}
 		body, e := readBody(x, r, lv.maxBody)
+		if e != nil && e.Kind == engine.KindTooLarge {
+			s.refuse(x, r, e, lv.maxBody) // the 413 reaches a client still sending
+			return
+		}
 		if e != nil {
 			s.fail(x, e)
 			return
 		}
 		req, obj, tokens, media, e := parseRequest(x.id, route, r.Header, body)
 		s.debugRequest(x, r, body)
+		if e == nil {
+			// The trust boundary (reserved.go). Stripping edits chat bodies
+			// only, for which parseRequest computed no media offsets.
+			req.Body, obj, e = GuardFields(route, req.Body, obj, lv.clientFields)
+		}
 		if e != nil {
 			s.fail(x, e)
 			return

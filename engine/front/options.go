@@ -63,6 +63,13 @@ type Options struct {
 	// requests after the listener closes.
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
+
+	// ClientFields are the celflow-owned body fields clients may send
+	// (trust.client_fields); zero trusts none. Part of the first Live set.
+	ClientFields ClientFields
+	// Limits are the front's header and framing limits (server.max_header_*);
+	// zero values take the defaults (Envoy's: 60 KiB, 100 headers).
+	Limits Limits
 }
 
 // Live is the part of a server's configuration that can change while it
@@ -78,6 +85,7 @@ type Live struct {
 	WriteTimeout    time.Duration
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
+	ClientFields    ClientFields
 }
 
 // live is the stored form of Live: its own copy of the runner map, so that
@@ -88,6 +96,7 @@ type live struct {
 	writeTimeout    time.Duration
 	drainDelay      time.Duration
 	shutdownTimeout time.Duration
+	clientFields    ClientFields
 }
 
 func newLive(l Live) *live {
@@ -101,7 +110,7 @@ func newLive(l Live) *live {
 		l.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	return &live{runners: rs, maxBody: l.MaxBodyBytes, writeTimeout: l.WriteTimeout,
-		drainDelay: l.DrainDelay, shutdownTimeout: l.ShutdownTimeout}
+		drainDelay: l.DrainDelay, shutdownTimeout: l.ShutdownTimeout, clientFields: l.ClientFields}
 }
 
 func (l *live) export() Live {
@@ -110,7 +119,7 @@ func (l *live) export() Live {
 		rs[rt] = r
 	}
 	return Live{Runners: rs, MaxBodyBytes: l.maxBody, WriteTimeout: l.writeTimeout,
-		DrainDelay: l.drainDelay, ShutdownTimeout: l.shutdownTimeout}
+		DrainDelay: l.drainDelay, ShutdownTimeout: l.shutdownTimeout, ClientFields: l.clientFields}
 }
 
 // Observation is what the front knows about one finished request.

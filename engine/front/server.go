@@ -36,6 +36,8 @@ type Server struct {
 	// requests still in flight when the shutdown budget runs out.
 	base       context.Context
 	cancelBase context.CancelFunc
+
+	limits Limits // header limits (limits.go), fixed for the server's life
 }
 
 // New builds a server; it does not listen yet.
@@ -43,9 +45,9 @@ func New(opts Options) *Server {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	s := &Server{opts: opts, log: opts.Log}
+	s := &Server{opts: opts, log: opts.Log, limits: opts.Limits.withDefaults()}
 	s.cur.Store(newLive(Live{Runners: opts.Runners, MaxBodyBytes: opts.MaxBodyBytes, WriteTimeout: opts.WriteTimeout,
-		DrainDelay: opts.DrainDelay, ShutdownTimeout: opts.ShutdownTimeout}))
+		DrainDelay: opts.DrainDelay, ShutdownTimeout: opts.ShutdownTimeout, ClientFields: opts.ClientFields}))
 	if s.log == nil {
 		s.log = logrus.StandardLogger()
 	}
@@ -112,9 +114,13 @@ func (s *Server) Run(ctx context.Context) int {
 		ReadTimeout:       s.opts.ReadTimeout,
 		BaseContext:       func(net.Listener) context.Context { return s.base },
 		ErrorLog:          log.New(errLog, "", 0),
+		MaxHeaderBytes:    s.limits.hardHeaderBytes(),
+		ConnContext:       connContext,
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	// Plain connections are watched for ambiguous framing (framing.go).
+	framed := framedListener{Listener: ln, maxLine: srv.MaxHeaderBytes + 4096}
+	go func() { served <- srv.Serve(framed) }()
 	s.ready.Store(true)
 	s.log.WithField("listen", ln.Addr().String()).Info("celflow is serving")
 

@@ -50,6 +50,9 @@ type Config struct {
 	ShortPromptTokens int // default 0 (off)
 	PrefixBlockTokens int // tokens per hashed block, default 16
 	PrefixIndexSize   int // entries per decode endpoint, default 10000
+	// OwnedHeaders are header names the operator adds to the built-in
+	// OwnedHeaders (trust.owned_headers): a client's value never reaches a leg.
+	OwnedHeaders []string
 }
 
 // Endpoint is one worker of a direct pool.
@@ -132,6 +135,15 @@ type Leg struct {
 	// *bytes.Buffer or *strings.Reader that has not been read yet; otherwise
 	// a nil NewBody means no resend.
 	NewBody func() io.Reader
+	// Idle and BodyTimeout bound reading a reply's body once its headers
+	// arrived: the longest silence between two body bytes, and the whole
+	// body (counted from the headers); 0 = none. For the legs whose reply
+	// celflow reads whole. A Relay leg's 2xx body is never bounded by them
+	// (relayed streams have stream_idle_timeout and no total); its non-2xx
+	// body, which celflow reads, is. Expiry makes the body's Read fail with
+	// a *TimeoutError (Phase "idle" or "body").
+	Idle        time.Duration
+	BodyTimeout time.Duration
 }
 
 // Send posts the leg to target base. Errors are *TransportError (before any
@@ -147,10 +159,28 @@ type TransportError struct{ Err error }
 func (e *TransportError) Error() string { return "transport: " + e.Err.Error() }
 func (e *TransportError) Unwrap() error { return e.Err }
 
-// TimeoutError is an expired time-to-first-byte.
-type TimeoutError struct{ After time.Duration }
+// TimeoutError is an expired time-to-first-byte (Phase ""), or, while a
+// body is read, an expired Leg.Idle ("idle") or Leg.BodyTimeout ("body").
+type TimeoutError struct {
+	After time.Duration
+	Phase string
+}
 
-func (e *TimeoutError) Error() string { return "no response within " + e.After.String() }
+// Phases of a TimeoutError.
+const (
+	PhaseIdle = "idle"
+	PhaseBody = "body"
+)
+
+func (e *TimeoutError) Error() string {
+	switch e.Phase {
+	case PhaseIdle:
+		return "reply body stalled: no byte for " + e.After.String()
+	case PhaseBody:
+		return "reply body not complete within " + e.After.String()
+	}
+	return "no response within " + e.After.String()
+}
 
 // ErrorInfo reads a non-2xx response for classification: it reads at most
 // 8 KiB (decompressing when needed) for the logs, and extracts an

@@ -51,6 +51,15 @@ func TestReadBody(t *testing.T) {
 		{"unsupported encoding", fakeResp([]byte("x"), http.Header{"Content-Encoding": {"br"}}), 100, "", errAny},
 		{"broken gzip", fakeResp([]byte("not gzip"), gz), 100, "", errAny},
 		{"truncated body", &http.Response{Header: http.Header{}, Body: io.NopCloser(errReader{strings.NewReader("{")}), ContentLength: 10}, 100, "", errAny},
+		// Unknown length (chunked): several chunks are joined; the cap holds
+		// to the byte; a cut connection is not a complete body.
+		{"unknown length, many chunks", unknownLen(strings.Repeat("y", 100<<10)), 1 << 20, strings.Repeat("y", 100<<10), nil},
+		{"unknown length, exactly the limit", unknownLen(strings.Repeat("y", 50000)), 50000, strings.Repeat("y", 50000), nil},
+		{"unknown length, one over", unknownLen(strings.Repeat("y", 50001)), 50000, "", ErrBodyTooLarge},
+		{"unknown length, no limit", unknownLen(strings.Repeat("y", 70000)), 0, strings.Repeat("y", 70000), nil},
+		{"unknown length, empty", unknownLen(""), 100, "", nil},
+		{"unknown length, truncated", &http.Response{Header: http.Header{}, Body: io.NopCloser(errReader{strings.NewReader(strings.Repeat("y", 40000))}), ContentLength: -1}, 1 << 20, "", io.ErrUnexpectedEOF},
+		{"declared length over the limit", fakeResp([]byte(strings.Repeat("y", 101)), nil), 100, "", ErrBodyTooLarge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -68,6 +77,12 @@ func TestReadBody(t *testing.T) {
 }
 
 var errAny = errors.New("any error")
+
+// unknownLen is a 200 whose length is not declared, read in small pieces.
+func unknownLen(body string) *http.Response {
+	return &http.Response{StatusCode: 200, Header: http.Header{}, ContentLength: -1,
+		Body: io.NopCloser(io.MultiReader(strings.NewReader(body[:len(body)/2]), strings.NewReader(body[len(body)/2:])))}
+}
 
 func TestErrorInfo(t *testing.T) {
 	long := strings.Repeat("é日", 20<<10/5) // 20 KiB of 2- and 3-byte runes

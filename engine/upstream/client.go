@@ -3,6 +3,7 @@ package upstream
 import (
 	"net"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"time"
@@ -18,7 +19,8 @@ type client struct {
 	render      string          // render service base URL without trailing slash
 	pools       [numRoles]*pool // direct mode; nil entry = no endpoints
 	rt          *http.Transport
-	bases       *baseCache // parsed base URLs, so a leg does not parse its URL
+	bases       *baseCache          // parsed base URLs, so a leg does not parse its URL
+	owned       map[string]struct{} // Config.OwnedHeaders, canonical; nil when none
 }
 
 const numRoles = 3
@@ -42,6 +44,12 @@ func newClient(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &client{cfg: cfg, rt: newTransport(cfg), render: strings.TrimRight(cfg.Render, "/")}
+	for _, name := range cfg.OwnedHeaders {
+		if c.owned == nil {
+			c.owned = map[string]struct{}{}
+		}
+		c.owned[textproto.CanonicalMIMEHeaderKey(strings.TrimSpace(name))] = struct{}{}
+	}
 	switch cfg.Mode {
 	case modeGateway:
 		c.gateway = strings.TrimRight(cfg.Gateway, "/")

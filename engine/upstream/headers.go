@@ -8,8 +8,9 @@ import (
 
 // ForwardHeaders copies the client's headers src onto a leg's headers dst
 // per PROTOCOL 2.2: hop-by-hop headers (and any named in Connection), Host,
-// Content-Length, Content-Type, EPP-Profile, X-Request-Id and Prefer are
-// dropped; Accept-Encoding is dropped unless relay (decode and
+// Content-Length, Content-Type, X-Request-Id and the OwnedHeaders are
+// dropped (celflow stamps its own EPP-Profile and Prefer after this, and
+// any owned header it sets must be stamped after it too); Accept-Encoding is dropped unless relay (decode and
 // conditional-decode keep the client's). Everything else passes, each
 // multi-valued header whole and in order; traceparent/tracestate pass too
 // (Send replaces them when the leg carries its own).
@@ -17,11 +18,18 @@ import (
 // To stay allocation-light, dst shares the value slices of src, capped so
 // that an append to dst never writes into src; neither must be modified in
 // place afterwards.
-func ForwardHeaders(dst, src http.Header, relay bool) {
+func ForwardHeaders(dst, src http.Header, relay bool) { forwardHeaders(dst, src, relay, nil) }
+
+// forwardHeaders is ForwardHeaders that also drops the operator's extra
+// owned names (trust.owned_headers, canonical keys).
+func forwardHeaders(dst, src http.Header, relay bool, extra map[string]struct{}) {
 	conn := connectionValues(src)
 	for k, vs := range src {
 		ck := textproto.CanonicalMIMEHeaderKey(k) // no allocation when canonical
 		if dropOnLeg(ck, relay) || namedIn(conn, ck) {
+			continue
+		}
+		if _, owned := extra[ck]; owned {
 			continue
 		}
 		if old := dst[ck]; len(old) > 0 {
@@ -43,10 +51,30 @@ func hopByHop(ck string) bool {
 	return false
 }
 
+// OwnedHeaders are the client headers that name a phase or an endpoint:
+// celflow's, never forwarded from the client on any leg (docs/threat-model.md).
+// EPP-Profile and Prefer (PROTOCOL 2.2); the Gateway API Inference
+// Extension's endpoint-picker protocol headers (the destination the proxy
+// routes to, the subset it may pick from, the endpoint that served);
+// llm-d's P/D and E/PD sidecar headers naming the prefill and encode
+// workers to use; llm-d's objective and fairness headers, which celflow or
+// its dispatcher stamp (ASYNC 2). Canonical form.
+var OwnedHeaders = []string{
+	"Epp-Profile", "Prefer",
+	"X-Gateway-Destination-Endpoint", "X-Gateway-Destination-Endpoint-Subset", "X-Gateway-Destination-Endpoint-Served",
+	"X-Prefiller-Host-Port", "X-Encoder-Hosts-Ports",
+	"X-Llm-D-Inference-Objective", "X-Llm-D-Inference-Fairness-Id",
+}
+
 func dropOnLeg(ck string, relay bool) bool {
 	switch ck {
-	case "Host", "Content-Length", "Content-Type", "Epp-Profile", "X-Request-Id", "Prefer":
+	case "Host", "Content-Length", "Content-Type", "X-Request-Id":
 		return true
+	case "Epp-Profile", "Prefer",
+		"X-Gateway-Destination-Endpoint", "X-Gateway-Destination-Endpoint-Subset", "X-Gateway-Destination-Endpoint-Served",
+		"X-Prefiller-Host-Port", "X-Encoder-Hosts-Ports",
+		"X-Llm-D-Inference-Objective", "X-Llm-D-Inference-Fairness-Id":
+		return true // OwnedHeaders
 	case "Accept-Encoding":
 		return !relay
 	}

@@ -1,8 +1,11 @@
 package upstream
 
 import (
+	"context"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -55,6 +58,22 @@ func TestForwardHeaders(t *testing.T) {
 				"Host":                {"evil"},
 				"X-Request-Id":        {"client-id"},
 				"X-Kept":              {"yes"},
+			},
+			want: http.Header{"X-Kept": {"yes"}},
+		},
+		{
+			name: "headers naming a phase or an endpoint are celflow's, whatever their case",
+			src: http.Header{
+				"x-gateway-destination-endpoint":        {"10.0.0.66:8000"},
+				"X-Gateway-Destination-Endpoint-Subset": {"10.0.0.66:8000"},
+				"X-Gateway-Destination-Endpoint-Served": {"10.0.0.66:8000"},
+				"X-Prefiller-Host-Port":                 {"evil:8000"},
+				"x-encoder-hosts-ports":                 {"evil:8001,evil:8002"},
+				"X-Llm-D-Inference-Objective":           {"premium"},
+				"X-Llm-D-Inference-Fairness-Id":         {"victim"},
+				"EPP-PROFILE":                           {"decode"},
+				"prefer":                                {"if-available"},
+				"X-Kept":                                {"yes"},
 			},
 			want: http.Header{"X-Kept": {"yes"}},
 		},
@@ -157,5 +176,43 @@ func TestNamedIn(t *testing.T) {
 		if got := namedIn(tt.conn, tt.key); got != tt.want {
 			t.Errorf("namedIn(%q, %q) = %v", tt.conn, tt.key, got)
 		}
+	}
+}
+
+// Every built-in owned name is dropped (the list and the switch agree).
+func TestOwnedHeadersAllDropped(t *testing.T) {
+	for _, name := range OwnedHeaders {
+		dst := http.Header{}
+		ForwardHeaders(dst, http.Header{name: {"x"}}, true)
+		if len(dst) != 0 {
+			t.Errorf("%s forwarded", name)
+		}
+	}
+}
+
+// trust.owned_headers: names an operator adds are dropped on real legs too,
+// in any spelling, and celflow's own stamps still go out.
+func TestOperatorOwnedHeaders(t *testing.T) {
+	rec := &recorder{}
+	srv := httptest.NewServer(rec)
+	defer srv.Close()
+	c, err := New(Config{Gateway: srv.URL, OwnedHeaders: []string{"x-tenant-route", " X-Shard "}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseIdle()
+	leg := &Leg{Role: RoleDecode, Path: "/v1/chat/completions", Body: strings.NewReader("{}"), Prefer: true, ReqID: "r1",
+		Header: http.Header{"X-Tenant-Route": {"evil"}, "x-shard": {"7"}, "Epp-Profile": {"prefill"}, "X-Kept": {"k"}}}
+	resp, err := c.Send(context.Background(), srv.URL, leg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	h := rec.header
+	if h.Get("X-Tenant-Route") != "" || h.Get("X-Shard") != "" || h.Get("X-Kept") != "k" {
+		t.Errorf("leg headers %v", h)
+	}
+	if h.Get("Epp-Profile") != "decode" || h.Get("Prefer") != "if-available" || h.Get("X-Request-Id") != "r1" {
+		t.Errorf("celflow's stamps missing: %v", h)
 	}
 }

@@ -63,6 +63,9 @@ func (c *client) sendLeg(ctx context.Context, base string, leg *Leg) (*http.Resp
 	expired := timer != nil && !timer.Stop()
 	if err == nil && !expired {
 		resp.Body = &legBody{ReadCloser: resp.Body, cancel: cancel}
+		if (leg.Idle > 0 || leg.BodyTimeout > 0) && !(leg.Relay && resp.StatusCode >= 200 && resp.StatusCode < 300) {
+			resp.Body = watchBody(ctx, resp.Body, cancel, leg.Idle, leg.BodyTimeout)
+		}
 		return resp, nil
 	}
 	if err == nil {
@@ -92,7 +95,7 @@ func (c *client) newRequest(ctx context.Context, base string, leg *Leg) (*http.R
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(nb()), nil }
 	}
 	h := make(http.Header, len(leg.Header)+5)
-	ForwardHeaders(h, leg.Header, leg.Relay)
+	forwardHeaders(h, leg.Header, leg.Relay, c.owned)
 	if leg.Trace != nil {
 		delete(h, "Traceparent")
 		delete(h, "Tracestate")

@@ -32,12 +32,14 @@ func init() {
 type params struct {
 	TTFBTimeout       string `json:"ttfb_timeout"`
 	StreamIdleTimeout string `json:"stream_idle_timeout"`
+	leg.BodyParams           // the 412 and error bodies celflow reads; a hit is relayed
 }
 
 // ConditionalDecode is a built node; immutable and safe for concurrent use.
 type ConditionalDecode struct {
 	client       *upstream.Client
 	ttfb, idle   time.Duration
+	body         leg.BodyBounds // idle_timeout, body_timeout of non-relayed replies
 	writeTimeout time.Duration
 }
 
@@ -59,6 +61,11 @@ func Build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 	add(err)
 	n.idle, err = leg.Duration("/stream_idle_timeout", p.StreamIdleTimeout, 0)
 	add(err)
+	var berrs []error
+	n.body, berrs = p.BodyParams.Parse(leg.DefaultIdleTimeout, leg.DefaultBodyTimeout)
+	for _, err := range berrs {
+		add(err)
+	}
 	add(leg.RequireRole(b, upstream.RoleDecode))
 	switch len(errs) {
 	case 0:

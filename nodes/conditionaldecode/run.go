@@ -47,6 +47,7 @@ func (n *ConditionalDecode) Run(ctx context.Context, x *engine.Exec) engine.Resu
 	}
 	l := leg.NewLeg(x, upstream.RoleDecode, x.Run.Req.Route.Path(), body, n.ttfb)
 	l.Prefer, l.Relay = true, true
+	n.body.Apply(l) // upstream leaves a relayed 2xx unbounded
 	res := engine.Result{Attrs: leg.Attrs(t, l)}
 	if n.client.Direct() {
 		res.Attrs["celflow.predicted"] = "hit"

@@ -226,6 +226,6 @@ func TestDirectPrediction(t *testing.T) {
 // ACCEPTANCE 21, 23
 func TestSchema(t *testing.T) {
 	legtest.CheckSchema(t, TypeName, schemaJSON,
-		[]string{`{}`, `{"ttfb_timeout":"1m30s","stream_idle_timeout":"0"}`},
-		[]string{`{"ttfb_timeout":"30"}`, `{"ttfb_timeout":"abc"}`, `{"ttfb_timeout":30}`, `{"prefer":true}`})
+		[]string{`{}`, `{"ttfb_timeout":"1m30s","stream_idle_timeout":"0"}`, `{"idle_timeout":"5s","body_timeout":"30s"}`},
+		[]string{`{"idle_timeout":"5"}`, `{"body_timeout":30}`, `{"ttfb_timeout":"30"}`, `{"ttfb_timeout":"abc"}`, `{"ttfb_timeout":30}`, `{"prefer":true}`})
 }

@@ -10,13 +10,16 @@ import (
 
 // chatBody is one item's chat-format sub-request (PROTOCOL 6):
 //
-//	{"model":M,"messages":[{"role":"user","content":[{"type":T,"<T>":<client object>}]}],
+//	{"model":M,"messages":[{"role":"user","content":[{"type":T,"<T>":<client object>,"uuid":H}]}],
 //	 "tokens":{…item tokens, features without kwargs…},"max_tokens":1,"stream":false}
 //
-// The part is rebuilt from its "<T>" member (so a client uuid on the part is
-// not carried) and that member is referenced, not copied: the body is three
-// segments around the client's bytes. tokens is omitted when render gave the
-// item no features.
+// The part is rebuilt from its "<T>" member and that member is referenced,
+// not copied: the body is three segments around the client's bytes. A
+// client uuid on the part is not carried; the part's uuid is the item's
+// hash (render's), so an encoder keys its cache and its ec_transfer_params
+// by it (vLLM's multimodal uuid, issue 10), as on the decode leg
+// (PROTOCOL 8). tokens and uuid are omitted when render gave the item no
+// features (no hash).
 func chatBody(st *engine.State, it *engine.MediaItem) (*jsonb.Body, error) {
 	p, ok := mm.PartAt(st.Body, it.PartStart, it.PartEnd)
 	if !ok {
@@ -41,7 +44,11 @@ func chatBody(st *engine.State, it *engine.MediaItem) (*jsonb.Body, error) {
 	pre = append(pre, ',')
 	pre = jsonb.AppendQuote(pre, p.Type)
 	pre = append(pre, ':')
-	post := make([]byte, 0, len(tokens)+48)
+	post := make([]byte, 0, len(tokens)+len(it.Hash)+64)
+	if it.HasFeatures && it.Hash != "" {
+		post = append(post, `,"uuid":`...)
+		post = jsonb.AppendQuote(post, it.Hash)
+	}
 	post = append(post, `}]}]`...)
 	if tokens != nil {
 		post = append(post, `,"tokens":`...)

@@ -152,11 +152,11 @@ func TestEncodeChat(t *testing.T) {
 		t.Fatal(merged.Err)
 	}
 	want := []string{
-		`{"model":"qwen-vl","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBO","detail":"low"}}]}],` +
+		`{"model":"qwen-vl","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBO","detail":"low"},"uuid":"h0"}]}],` +
 			`"tokens":{"token_ids":[1,9000,9000],"features":{"mm_hashes":{"image":["h0"]},"mm_placeholders":{"image":[{"offset":1,"length":2}]}}},"max_tokens":1,"stream":false}`,
-		`{"model":"qwen-vl","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}],` +
+		`{"model":"qwen-vl","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"},"uuid":"h1"}]}],` +
 			`"tokens":{"token_ids":[1,9001,9001,9001],"features":{"mm_hashes":{"image":["h1"]},"mm_placeholders":{"image":[{"offset":1,"length":3}]}}},"max_tokens":1,"stream":false}`,
-		`{"model":"qwen-vl","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,BBBB"}}]}],` +
+		`{"model":"qwen-vl","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,BBBB"},"uuid":"h2"}]}],` +
 			`"tokens":{"token_ids":[1,9002],"features":{"mm_hashes":{"image":["h2"]},"mm_placeholders":{"image":[{"offset":1,"length":1}]}}},"max_tokens":1,"stream":false}`,
 	}
 	legs := w.sorted()
@@ -172,7 +172,11 @@ func TestEncodeChat(t *testing.T) {
 			l.header.Get("Content-Type") != "application/json" || l.header.Get("Authorization") != "Bearer k" {
 			t.Errorf("leg %d: %s %v", i, l.path, l.header)
 		}
-		for _, banned := range []string{"uuid", "kwargs", "max_completion_tokens", "min_tokens", "temperature", `"text"`, "request_id"} {
+		// ACCEPTANCE 128 (issue 10): the client's uuid never; the item's hash as uuid.
+		if strings.Contains(l.body, "client-uuid") || strings.Count(l.body, `"uuid":`) != 1 {
+			t.Errorf("leg %d: uuid %s", i, l.body)
+		}
+		for _, banned := range []string{"kwargs", "max_completion_tokens", "min_tokens", "temperature", `"text"`, "request_id"} {
 			if strings.Contains(l.body, banned) {
 				t.Errorf("leg %d carries %s", i, banned)
 			}
@@ -315,6 +319,8 @@ func TestEncodeBuild(t *testing.T) {
 		`{"ec_connector":"mooncake"}`: "/ec_connector",
 		`{"format":"binary"}`:         "/format",
 		`{"ttfb_timeout":"60"}`:       "/ttfb_timeout",
+		`{"idle_timeout":"5"}`:        "/idle_timeout",
+		`{"body_timeout":"-1s"}`:      "/body_timeout",
 		`{"max_parallel":2}`:          "/max_parallel",
 	}
 	for raw, path := range bad {

@@ -179,9 +179,9 @@ func TestEPDTwoImages(t *testing.T) {
 		t.Fatalf("%d encode legs, peak %d in flight", len(enc), peak.Load())
 	}
 	want := map[string]string{
-		"h0": `{"model":"qwen-vl","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + inline + `"}}]}],` +
+		"h0": `{"model":"qwen-vl","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + inline + `"},"uuid":"h0"}]}],` +
 			`"tokens":{"token_ids":[1,9000,9000,9000],"features":{"mm_hashes":{"image":["h0"]},"mm_placeholders":{"image":[{"offset":1,"length":3}]}}},"max_tokens":1,"stream":false}`,
-		"h1": `{"model":"qwen-vl","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + inline + `"}}]}],` +
+		"h1": `{"model":"qwen-vl","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + inline + `"},"uuid":"h1"}]}],` +
 			`"tokens":{"token_ids":[1,9000,9000],"features":{"mm_hashes":{"image":["h1"]},"mm_placeholders":{"image":[{"offset":1,"length":2}]}}},"max_tokens":1,"stream":false}`,
 	}
 	for _, l := range enc {

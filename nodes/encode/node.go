@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sirupsen/logrus"
-
 	"github.com/celflow/celflow/connectors/ec"
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/jsonb"
@@ -44,12 +42,14 @@ type params struct {
 	TTFBTimeout string `json:"ttfb_timeout"`
 	ECConnector string `json:"ec_connector"`
 	Format      string `json:"format"`
+	leg.BodyParams
 }
 
 // Node is a built encode node: immutable, safe for concurrent requests.
 type Node struct {
 	client   *upstream.Client // nil in validate-only builds
 	ttfb     time.Duration
+	body     leg.BodyBounds // idle_timeout, body_timeout
 	tokensIn bool
 	ec       ec.Connector
 }
@@ -69,6 +69,11 @@ func build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 	var err error
 	n.ttfb, err = leg.Duration("/ttfb_timeout", p.TTFBTimeout, defaultTTFB)
 	add(err)
+	var berrs []error
+	n.body, berrs = p.BodyParams.Parse(leg.DefaultIdleTimeout, leg.DefaultBodyTimeout)
+	for _, err := range berrs {
+		add(err)
+	}
 	n.tokensIn, err = leg.TokensIn(p.Format, b)
 	add(err)
 	name, path := p.ECConnector, "/ec_connector"
@@ -153,6 +158,7 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 		return engine.Result{Err: e}
 	}
 	l := leg.NewLeg(x, upstream.RoleEncode, path, body, n.ttfb)
+	n.body.Apply(l)
 	resp, e := leg.Send(ctx, x, n.client, target.Base, l)
 	target.Done(leg.Failed(resp, e))
 	attrs := leg.Attrs(target, l)
@@ -169,7 +175,11 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 	if e != nil {
 		return engine.Result{HTTPStatus: status, Err: e, Attrs: attrs}
 	}
-	if p := ecParams(x, raw); p != nil {
+	p, e := ecParams(x, raw, it.Hash)
+	if e != nil {
+		return engine.Result{HTTPStatus: status, Err: e, Attrs: attrs}
+	}
+	if p != nil {
 		s := n.store(x)
 		s.mu.Lock()
 		s.by[x.Index] = p
@@ -177,27 +187,6 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 		attrs["celflow.ec.entries"] = len(p)
 	}
 	return engine.Result{HTTPStatus: status, Attrs: attrs}
-}
-
-// ecParams reads only ec_transfer_params from an encoder reply: a non-empty
-// object is kept; a string, array, null, {} or absent field is ignored.
-func ecParams(x *engine.Exec, raw []byte) ec.Params {
-	obj, err := jsonb.Parse(raw)
-	if err != nil {
-		return nil
-	}
-	v, ok := obj.Get("ec_transfer_params")
-	var p ec.Params
-	if ok && len(v) > 0 && v[0] == '{' {
-		_ = json.Unmarshal(v, &p)
-	}
-	if len(p) == 0 {
-		if logrus.IsLevelEnabled(logrus.DebugLevel) {
-			leg.Log(x).WithField("present", ok).Debug("encoder reply has no usable ec_transfer_params; ignored")
-		}
-		return nil
-	}
-	return p
 }
 
 // Merge hands the items' ec_transfer_params to the EC connector in item
@@ -219,11 +208,6 @@ func (n *Node) Merge(_ context.Context, x *engine.Exec, items []engine.Result) e
 	x.Run.State.EC = n.ec.Merge(rs)
 	return engine.Result{Attrs: map[string]any{"celflow.ec.connector": n.ec.Name(), "celflow.ec.bytes": len(x.Run.State.EC)}}
 }
-
-var (
-	_ engine.Node   = (*Node)(nil)
-	_ engine.Merger = (*Node)(nil)
-)
 
 var (
 	_ engine.Node   = (*Node)(nil)

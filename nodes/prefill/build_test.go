@@ -113,6 +113,6 @@ func TestContract(t *testing.T) {
 // ACCEPTANCE 21, 23, 24
 func TestSchema(t *testing.T) {
 	legtest.CheckSchema(t, TypeName, schemaJSON,
-		[]string{`{}`, `{"ttfb_timeout":"30s","kv_connector":"kv-nixl","ec_connector":"ec-nixl","format":"tokens-in","shape":"concurrent"}`, `{"ttfb_timeout":"0"}`},
-		[]string{`{"endpoint":"x"}`, `{"ttfb_timeout":"30"}`, `{"ttfb_timeout":30}`, `{"ttfb_timeout":"abc"}`, `{"format":"grpc"}`, `{"shape":"parallel"}`, `{"kv_connector":42}`})
+		[]string{`{}`, `{"ttfb_timeout":"30s","kv_connector":"kv-nixl","ec_connector":"ec-nixl","format":"tokens-in","shape":"concurrent"}`, `{"ttfb_timeout":"0"}`, `{"idle_timeout":"5s","body_timeout":"30s"}`},
+		[]string{`{"endpoint":"x"}`, `{"idle_timeout":"5"}`, `{"body_timeout":30}`, `{"ttfb_timeout":"30"}`, `{"ttfb_timeout":30}`, `{"ttfb_timeout":"abc"}`, `{"format":"grpc"}`, `{"shape":"parallel"}`, `{"kv_connector":42}`})
 }

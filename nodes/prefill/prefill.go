@@ -37,6 +37,7 @@ type params struct {
 	ECConnector string `json:"ec_connector"`
 	Format      string `json:"format"`
 	Shape       string `json:"shape"`
+	leg.BodyParams
 }
 
 // Shapes of the kv-sglang handoff (PROTOCOL 9).
@@ -52,6 +53,7 @@ const replyLimit = 16 << 20
 type Prefill struct {
 	client     *upstream.Client
 	ttfb       time.Duration
+	body       leg.BodyBounds // idle_timeout, body_timeout
 	kv         kv.Connector
 	ec         ec.Connector
 	tokensIn   bool
@@ -81,6 +83,11 @@ func Build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 	var err error
 	n.ttfb, err = leg.Duration("/ttfb_timeout", p.TTFBTimeout, 60*time.Second)
 	add(err)
+	var berrs []error
+	n.body, berrs = p.BodyParams.Parse(leg.DefaultIdleTimeout, leg.DefaultBodyTimeout)
+	for _, err := range berrs {
+		add(err)
+	}
 	n.tokensIn, err = leg.TokensIn(p.Format, b)
 	add(err)
 	kvName, kvPath := pick(p.KVConnector, b.Defaults.KVConnector, "/kv_connector")

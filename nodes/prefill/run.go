@@ -90,6 +90,7 @@ func (n *Prefill) send(ctx context.Context, x *engine.Exec, t *upstream.Target, 
 		return nil, leg.Fail(0, e)
 	}
 	l := leg.NewLeg(x, upstream.RolePrefill, path, body, n.ttfb)
+	n.body.Apply(l)
 	res := engine.Result{Attrs: leg.Attrs(t, l)}
 	res.Attrs["celflow.kv_connector"] = n.kv.Name()
 	resp, e := leg.Send(ctx, x, n.client, t.Base, l)

@@ -132,6 +132,7 @@ func (n *Node) call(ctx context.Context, x *engine.Exec, path string, body []byt
 		return nil, engine.Result{Err: engine.Errorf(engine.KindInternal, "render was built without an upstream client")}
 	}
 	l := leg.NewLeg(x, "", path, jsonb.Raw(body), n.cfg.ttfb)
+	n.cfg.body.Apply(l)
 	attrs := map[string]any{
 		"celflow.upstream.url": n.cfg.address + path,
 		"celflow.bytes_out":    l.Length,

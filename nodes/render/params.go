@@ -16,13 +16,18 @@ type params struct {
 	TTFBTimeout               string     `json:"ttfb_timeout"`
 	MaxTotalTokens            leg.Number `json:"max_total_tokens"`
 	MaxTotalPlaceholderTokens leg.Number `json:"max_total_placeholder_tokens"`
+	leg.BodyParams
 }
 
 const defaultTTFB = 30 * time.Second
 
+// defaultBodyTimeout: a render reply can carry hundreds of MB of kwargs.
+const defaultBodyTimeout = 60 * time.Second
+
 type config struct {
 	address        string // base URL without trailing slash
 	ttfb           time.Duration
+	body           leg.BodyBounds // idle_timeout, body_timeout
 	maxTotal       int64
 	maxPlaceholder int64
 }
@@ -58,6 +63,11 @@ func parseParams(raw json.RawMessage, fallback string, check bool) (*config, err
 	var err error
 	c.ttfb, err = leg.Duration("/ttfb_timeout", p.TTFBTimeout, defaultTTFB)
 	add(err)
+	var berrs []error
+	c.body, berrs = p.BodyParams.Parse(leg.DefaultIdleTimeout, defaultBodyTimeout)
+	for _, err := range berrs {
+		add(err)
+	}
 	c.maxTotal, err = leg.Int("/max_total_tokens", p.MaxTotalTokens, 0, 0)
 	add(err)
 	c.maxPlaceholder, err = leg.Int("/max_total_placeholder_tokens", p.MaxTotalPlaceholderTokens, 0, 0)

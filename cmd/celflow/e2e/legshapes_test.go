@@ -54,8 +54,9 @@ func condDecodeChatLeg(t *testing.T, l leg, id string, c client) {
 	}
 }
 
-// encodeChatLeg: ACCEPTANCE 119, 120: only the item's part, BOS + its
-// placeholder run, one hash, single-token cap. Returns the item's hash.
+// encodeChatLeg: ACCEPTANCE 119, 120, 128: only the item's part (its uuid
+// the item's hash), BOS + its placeholder run, one hash, single-token cap.
+// Returns the item's hash.
 func encodeChatLeg(t *testing.T, l leg, id string, c client) string {
 	t.Helper()
 	s := commonLeg(check(t, l, "encode"), id).path("/v1/chat/completions").header("Epp-Profile", "encode").header("Prefer")
@@ -71,6 +72,7 @@ func encodeChatLeg(t *testing.T, l leg, id string, c client) string {
 	}
 	s.eq("tokens.features.mm_placeholders.image.0.offset", 1)
 	s.eq("tokens.features.mm_placeholders.image.0.length", len(ids)-1)
+	s.eq("messages.0.content.0.uuid", hashes[0]) // issue 10: the encoder keys its reply by it
 	return hashes[0]
 }
 

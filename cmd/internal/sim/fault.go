@@ -23,6 +23,8 @@ type Fault struct {
 	ResetBeforeHeaders bool          // reset the connection before any byte
 	ResetMidStream     bool          // reset after the first body bytes
 	SlowHeaders        time.Duration // wait this long before the status line
+	StallBody          time.Duration // JSON replies: headers, then this silence before the body
+	Trickle            time.Duration // JSON replies: headers, then the body one byte per interval
 	Delay              time.Duration // wait this long before any work
 	TTFT, ITL          *time.Duration
 	Times              int // flag faults only: fire this many times, 0 = always
@@ -30,7 +32,7 @@ type Fault struct {
 
 // ParseFaults parses "[role:]action[,action...][; ...]" where an action is
 // status=N, reset-before-headers, reset-mid-stream, slow-headers=D, delay=D,
-// ttft=D, itl=D or times=N.
+// stall-body=D, trickle=D, ttft=D, itl=D or times=N.
 func ParseFaults(spec string) ([]Fault, error) {
 	var out []Fault
 	for _, group := range strings.Split(spec, ";") {
@@ -85,6 +87,12 @@ func (f *Fault) set(action string) error {
 		f.ResetMidStream = f.ResetMidStream || name == "reset-mid-stream"
 	case "slow-headers":
 		f.SlowHeaders, err = dur()
+	case "stall-body":
+		f.StallBody, err = dur()
+	case "trickle":
+		if f.Trickle, err = dur(); err == nil && f.Trickle == 0 {
+			err = fmt.Errorf("trickle: want a positive interval")
+		}
 	case "delay":
 		f.Delay, err = dur()
 	case "ttft", "itl":
@@ -110,6 +118,8 @@ func (f Fault) merge(o Fault) Fault {
 	f.ResetBeforeHeaders = f.ResetBeforeHeaders || o.ResetBeforeHeaders
 	f.ResetMidStream = f.ResetMidStream || o.ResetMidStream
 	f.SlowHeaders = max(f.SlowHeaders, o.SlowHeaders)
+	f.StallBody = max(f.StallBody, o.StallBody)
+	f.Trickle = max(f.Trickle, o.Trickle)
 	f.Delay = max(f.Delay, o.Delay)
 	if o.TTFT != nil {
 		f.TTFT = o.TTFT
@@ -134,6 +144,12 @@ func (f Fault) String() string {
 	}
 	if f.SlowHeaders > 0 {
 		a = append(a, "slow-headers="+f.SlowHeaders.String())
+	}
+	if f.StallBody > 0 {
+		a = append(a, "stall-body="+f.StallBody.String())
+	}
+	if f.Trickle > 0 {
+		a = append(a, "trickle="+f.Trickle.String())
 	}
 	if f.Delay > 0 {
 		a = append(a, "delay="+f.Delay.String())

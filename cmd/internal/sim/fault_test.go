@@ -23,6 +23,8 @@ func TestParseFaults(t *testing.T) {
 		{"decode:slow-headers=2s,reset-mid-stream; encode:reset-before-headers", []Fault{
 			{Role: RoleDecode, SlowHeaders: d, ResetMidStream: true}, {Role: RoleEncode, ResetBeforeHeaders: true}}, ""},
 		{"render:delay=2s,ttft=2s", []Fault{{Role: RoleRender, Delay: d, TTFT: &d}}, ""},
+		{"prefill:stall-body=2s; encode:trickle=2s", []Fault{{Role: RolePrefill, StallBody: d}, {Role: RoleEncode, Trickle: d}}, ""},
+		{"trickle=0s", nil, "positive"},
 		{"", nil, ""},
 		{"status=99", nil, "status"},
 		{"gateway:status=500", nil, "unknown role"},
@@ -153,5 +155,36 @@ func TestStreamStopsOnDisconnect(t *testing.T) {
 	p := waitRecords(t, w.Records(), func(p RecordsPage) bool { return len(p.Records) == 1 && p.Records[0].Done })
 	if r := p.Records[0]; !r.Cancelled || r.Status != 200 {
 		t.Errorf("record %+v", r)
+	}
+}
+
+// stall-body and trickle (issue 10): the status and headers arrive at
+// once, then the body stalls (until the caller leaves: the record shows a
+// cancelled 200) or drips out byte by byte, whole and valid.
+func TestFaultSlowBody(t *testing.T) {
+	w, srv := startWorker(t, Config{Roles: []Role{RolePrefill}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/completions", strings.NewReader(`{"prompt":"x","max_tokens":1}`))
+	req.Header.Set(FaultHeader, "stall-body=1h")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 || resp.ContentLength <= 0 {
+		t.Fatalf("headers: %v %v", resp, err)
+	}
+	cancel()
+	resp.Body.Close()
+	p := waitRecords(t, w.Records(), func(p RecordsPage) bool { return len(p.Records) == 1 && p.Records[0].Done })
+	if r := p.Records[0]; !r.Cancelled || r.Status != 200 || r.Fault != "stall-body=1h0m0s" {
+		t.Errorf("stall record %+v", r)
+	}
+
+	w.Records().Clear()
+	status, _, b := post(t, srv.URL+"/v1/completions", `{"prompt":"x","max_tokens":1}`, FaultHeader+": trickle=1ms")
+	if status != 200 || !strings.HasPrefix(string(b), `{"id":"cmpl-`) || !strings.HasSuffix(strings.TrimSpace(string(b)), "}") {
+		t.Fatalf("trickle: %d %q", status, b)
+	}
+	p = waitRecords(t, w.Records(), func(p RecordsPage) bool { return len(p.Records) == 1 && p.Records[0].Done })
+	if r := p.Records[0]; r.Cancelled || r.Status != 200 {
+		t.Errorf("trickle record %+v", r)
 	}
 }

@@ -94,7 +94,9 @@ func (w *Worker) generate(c *call, out transferOut) {
 }
 
 // writeReply writes a 200 JSON reply, or half of it and a reset when the
-// request's fault says reset-mid-stream.
+// request's fault says reset-mid-stream. stall-body and trickle send the
+// headers first, then wait or drip the body (the reply is not complete if
+// the caller leaves first).
 func writeReply(c *call, b []byte) {
 	h := c.rw.Header()
 	h.Set("Content-Type", "application/json")
@@ -105,10 +107,46 @@ func writeReply(c *call, b []byte) {
 		resetConn(c.rw, true)
 		return
 	}
+	if c.fault.StallBody > 0 || c.fault.Trickle > 0 {
+		slowBody(c, b)
+		return
+	}
 	c.complete = true
 	c.finalize(http.StatusOK)
 	if _, err := c.rw.Write(b); err != nil {
 		c.complete = false
+	}
+}
+
+// slowBody plays stall-body and trickle: the headers go out at once, then
+// the silence, then the body (byte by byte, trickle apart, when
+// trickling). Every wait ends when the caller leaves; the handler's
+// deferred finalize then records the call as cancelled.
+func slowBody(c *call, b []byte) {
+	rc := http.NewResponseController(c.rw)
+	_ = rc.Flush()
+	ctx := c.r.Context()
+	if !sleep(ctx, c.fault.StallBody) {
+		return
+	}
+	step := 1
+	if c.fault.Trickle <= 0 {
+		step = len(b)
+	}
+	for i := 0; i < len(b); i += step {
+		if i > 0 && !sleep(ctx, c.fault.Trickle) {
+			return
+		}
+		end := min(i+step, len(b))
+		if end == len(b) {
+			c.complete = true
+			c.finalize(http.StatusOK)
+		}
+		if _, err := c.rw.Write(b[i:end]); err != nil {
+			c.complete = false
+			return
+		}
+		_ = rc.Flush()
 	}
 }
 

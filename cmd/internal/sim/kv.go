@@ -175,20 +175,42 @@ func (w *Worker) checkEC(c *call, p promptInfo) error {
 }
 
 // encodeItems plays an encoder: it keeps each item's "embedding" and answers
-// one ec-nixl descriptor per hash it was sent.
+// one ec-nixl descriptor per item, keyed as vLLM keys its multimodal cache:
+// by the part's uuid when the chat part carries one (celflow sends the
+// item's hash there, issue 10), else by the item's hash.
 func (w *Worker) encodeItems(c *call, p promptInfo) any {
 	if len(p.Items) == 0 {
 		return nil
 	}
 	host, port := w.self(c.r)
 	out := map[string]ecDescriptor{}
+	uuids := partUUIDs(c.req.Media)
+	seen := map[string]int{}
 	for _, it := range p.Items {
+		key := it.Hash
+		if u := uuids[it.Modality]; seen[it.Modality] < len(u) && u[seen[it.Modality]] != "" {
+			key = u[seen[it.Modality]]
+		}
+		seen[it.Modality]++
 		size := it.Length * 8192
-		w.ec.put(it.Hash, size)
-		out[it.Hash] = ecDescriptor{
+		w.ec.put(key, size)
+		out[key] = ecDescriptor{
 			PeerHost: host, PeerPort: port, SizeBytes: size,
 			NixlAgentMetadataB64: base64.StdEncoding.EncodeToString([]byte("sim-agent:" + w.cfg.Name)),
 		}
+	}
+	return out
+}
+
+// partUUIDs lists the chat parts' uuids per modality, in order ("" where a
+// part has none); nil for other formats.
+func partUUIDs(media []mediaPart) map[string][]string {
+	if len(media) == 0 {
+		return nil
+	}
+	out := map[string][]string{}
+	for _, mp := range media {
+		out[mp.Modality] = append(out[mp.Modality], mp.UUID)
 	}
 	return out
 }

@@ -283,3 +283,24 @@ func TestTokensMatchParts(t *testing.T) {
 		}
 	}
 }
+
+// The encoder keys its descriptor as vLLM keys its cache: by the part's
+// uuid when present (celflow sends the item's hash there, issue 10), else
+// by the media's hash.
+func TestEncodeKeysByUUID(t *testing.T) {
+	_, enc := startWorker(t, Config{Name: "e1", Roles: []Role{RoleEncode}})
+	img := dataURI(make([]byte, 4096))
+	for _, tc := range []struct{ uuid, want string }{
+		{`,"uuid":"img_1_b2"`, "img_1_b2"},
+		{``, MediaHash(make([]byte, 4096))},
+	} {
+		body := `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + img + `"}` + tc.uuid + `}]}],"max_tokens":1}`
+		status, _, b := post(t, enc.URL+"/v1/chat/completions", body, "EPP-Profile: encode")
+		var r struct {
+			EC map[string]json.RawMessage `json:"ec_transfer_params"`
+		}
+		if status != 200 || json.Unmarshal(b, &r) != nil || len(r.EC) != 1 || r.EC[tc.want] == nil {
+			t.Errorf("uuid %q: %d %s, want one descriptor keyed %s", tc.uuid, status, b, tc.want)
+		}
+	}
+}

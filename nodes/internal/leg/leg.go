@@ -145,14 +145,20 @@ func ReadJSON(x *engine.Exec, resp *http.Response, limit int64) ([]byte, *engine
 	return b, nil
 }
 
-// ReadBody reads a 2xx body (at most limit bytes, decompressed) without
-// judging it, for callers that parse it with jsonb at once and would
+// ReadBody reads a 2xx body (at most limit bytes, decompressed; an expired
+// idle_timeout or body_timeout is KindUpstreamTimeout) without judging it, for callers that parse it with jsonb at once and would
 // otherwise scan it twice; they report a syntax error with Unparseable.
 func ReadBody(x *engine.Exec, resp *http.Response, limit int64) ([]byte, *engine.Error) {
 	b, err := upstream.ReadBody(resp, limit)
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return nil, engine.AsError(err)
+		}
+		var te *upstream.TimeoutError
+		if errors.As(err, &te) { // idle_timeout or body_timeout: retryable, 504
+			e := engine.Errorf(engine.KindUpstreamTimeout, "upstream %s", te.Error())
+			e.Cause = err
+			return nil, e
 		}
 		e := engine.Errorf(engine.KindBadGateway, "upstream reply could not be read")
 		e.Cause = err

@@ -109,3 +109,46 @@ func Int(path string, n Number, lo, def int64) (int64, error) {
 	}
 	return v, nil
 }
+
+// Default body bounds of a parsed leg (render, encode, prefill, and the
+// non-relayed replies of conditional-decode). A worker writes a parsed
+// reply in one go once it is computed (the compute is behind ttfb_timeout),
+// so seconds of silence mid-body mean a stalled worker, not a slow one.
+const (
+	DefaultIdleTimeout = 5 * time.Second
+	DefaultBodyTimeout = 30 * time.Second
+)
+
+// BodyParams are the node params bounding the read of a reply's body; a
+// node's params struct embeds it (strict decoding sees both keys).
+type BodyParams struct {
+	IdleTimeout string `json:"idle_timeout"`
+	BodyTimeout string `json:"body_timeout"`
+}
+
+// BodyBounds are parsed BodyParams: 0 turns a bound off.
+type BodyBounds struct {
+	Idle, Body time.Duration
+}
+
+// Parse reads the params; "" takes the given defaults. Errors are
+// *engine.ParamError at /idle_timeout and /body_timeout.
+func (p BodyParams) Parse(defIdle, defBody time.Duration) (BodyBounds, []error) {
+	var b BodyBounds
+	var errs []error
+	var err error
+	if b.Idle, err = Duration("/idle_timeout", p.IdleTimeout, defIdle); err != nil {
+		errs = append(errs, err)
+	}
+	if b.Body, err = Duration("/body_timeout", p.BodyTimeout, defBody); err != nil {
+		errs = append(errs, err)
+	}
+	return b, errs
+}
+
+// Apply sets the bounds on a leg (upstream.Leg.Idle, .BodyTimeout); expiry
+// while the body is read is KindUpstreamTimeout (ReadBody), which the
+// default retry rule retries (another endpoint in direct mode, PickFor).
+func (b BodyBounds) Apply(l *upstream.Leg) {
+	l.Idle, l.BodyTimeout = b.Idle, b.Body
+}
