@@ -2,6 +2,7 @@ package jsonb
 
 import (
 	"bytes"
+	"encoding/binary"
 	"hash/maphash"
 	"math"
 	"strconv"
@@ -15,24 +16,22 @@ import (
 //
 // Names are compared as encoding/json decodes them ("a" and "\u0061" are
 // the same name; an invalid UTF-8 byte equals U+FFFD). The common case, an
-// object of a few dozen escape-free keys, costs one hash per key, one
-// integer comparison per earlier key of the same object and no allocation:
-// the keys of the objects being scanned sit on a fixed stack inside the
-// scanner. An object with more than
-// linearMax keys (or one nested deeper than the stack holds) moves its keys
-// to a hashed set, so a hostile object of 100k keys stays linear.
+// object of a few dozen escape-free keys, costs a length comparison per
+// earlier key of the same object and no allocation: the keys of the
+// objects being scanned sit on a fixed stack inside the scanner. An object
+// with more than linearMax keys (or one nested deeper than the stack
+// holds) moves its keys to a hashed set, so a hostile object of 100k keys
+// stays linear.
 
 // linearMax is the number of keys an object keeps on the stack before it
-// switches to a hashed set. Each key is hashed once (a memhash of a few
-// bytes); on the stack a repeat check is one uint64 comparison per earlier
-// key, so up to a few dozen keys the linear check beats any table.
-// Measured with BenchmarkObjectKeys (see the commit message).
+// switches to a hashed set: up to a few dozen short keys, comparing
+// lengths beats hashing every key (BenchmarkObjectKeys).
 const linearMax = 32
 
 // stackKeys is the stack's capacity: two levels of full objects at once,
 // more than real request bodies nest names. Past it, objects use a hashed
 // set: correct, just not allocation-free. The stack is zeroed with every
-// scanner, so it stays small (12 bytes a key).
+// scanner, so it stays small (16 bytes a key).
 const stackKeys = 64
 
 // DuplicateKeyError reports a member name that occurs twice in one object.
@@ -52,11 +51,25 @@ func (e *DuplicateKeyError) Error() string {
 	return "duplicate member name " + e.Path + " at offset " + strconv.Itoa(e.Offset)
 }
 
-// keyRef is one key on the stack: its quotes [start,end) and the hash of
-// its text. Offsets are 32-bit; a buffer over 4 GiB never uses the stack.
+// keyRef is one key on the stack: its quotes [start,end) and whether it
+// is plain. Offsets are 32-bit; a buffer over 4 GiB never uses the stack.
 type keyRef struct {
 	start, end uint32
-	h          uint32
+	tail       uint32 // the name's last four bytes: most names of one length differ there
+	plain      bool
+}
+
+// tailOf packs the last four bytes of a quoted key's text (fewer when shorter).
+func tailOf(q []byte) uint32 {
+	in := q[1 : len(q)-1]
+	if len(in) >= 4 {
+		return binary.LittleEndian.Uint32(in[len(in)-4:])
+	}
+	var v uint32
+	for _, c := range in {
+		v = v<<8 | uint32(c)
+	}
+	return v
 }
 
 type keyStack struct {
@@ -99,26 +112,35 @@ var keySeed = maphash.MakeSeed()
 // (rare) after decoding, so "a" and "\u0061" hash alike. 32 bits are
 // plenty: equal hashes are only a hint, confirmed by sameKey, and the seed
 // is chosen per process, so a client cannot aim at collisions.
-func keyHash(q []byte) uint32 {
-	if plainKey(q) {
+func keyHash(q []byte, plain bool) uint32 {
+	if plain {
 		return uint32(maphash.Bytes(keySeed, q[1:len(q)-1]))
 	}
 	return uint32(maphash.String(keySeed, unquoteKey(q)))
 }
 
-// add records the key b[ks:ke] and reports whether the object already had it.
-func (ms *memberSet) add(st *keyStack, b []byte, ks, ke int) bool {
-	h := keyHash(b[ks:ke])
+// add records the key b[ks:ke] and reports whether the object already
+// had it. On the stack, a plain key is compared with each earlier one by
+// length and then bytes (different names almost always differ in length
+// or in their last bytes); only a key that is not plain is decoded.
+func (ms *memberSet) add(st *keyStack, b []byte, ks, ke int, plain bool) bool {
 	if ms.big == nil {
 		if ms.n < linearMax && st.n < st.limit {
 			dup := false
+			tail, n := tailOf(b[ks:ke]), uint32(ke-ks)
 			for j := ms.base; j < st.n; j++ {
-				if r := &st.refs[j]; r.h == h && sameKey(b, int(r.start), int(r.end), ks, ke) {
+				r := &st.refs[j]
+				if plain && r.plain {
+					if r.end-r.start == n && r.tail == tail && string(b[r.start:r.end]) == string(b[ks:ke]) {
+						dup = true
+						break
+					}
+				} else if sameKey(b, int(r.start), int(r.end), ks, ke) {
 					dup = true
 					break
 				}
 			}
-			st.refs[st.n] = keyRef{start: uint32(ks), end: uint32(ke), h: h}
+			st.refs[st.n] = keyRef{start: uint32(ks), end: uint32(ke), tail: tail, plain: plain}
 			st.n++
 			ms.n++
 			return dup
@@ -126,13 +148,13 @@ func (ms *memberSet) add(st *keyStack, b []byte, ks, ke int) bool {
 		bs := &bigSet{refs: make([]wideRef, 0, 2*linearMax), slots: make([]int32, 4*linearMax)}
 		for j := ms.base; j < ms.base+ms.n; j++ {
 			r := &st.refs[j]
-			bs.insert(b, int(r.start), int(r.end), r.h) // distinct: a repeat was already reported
+			bs.insert(b, int(r.start), int(r.end), keyHash(b[r.start:r.end], r.plain)) // distinct: a repeat was already reported
 		}
 		ms.big = bs
 		st.n = ms.base // the nested objects that follow reuse the slots
 	}
 	ms.n++
-	return ms.big.insert(b, ks, ke, h)
+	return ms.big.insert(b, ks, ke, keyHash(b[ks:ke], plain))
 }
 
 // insert adds the key b[ks:ke] and reports whether an equal key was there already.
