@@ -17,25 +17,32 @@ import (
 type Kind uint8
 
 const (
-	KindInternal         Kind = iota // 500 server_error internal_error
-	KindInvalidJSON                  // 400 invalid_json
-	KindInvalidRequest               // 400 invalid_request
-	KindInvalidMedia                 // 400 invalid_media
-	KindMediaFetchFailed             // 400 media_fetch_failed
-	KindTooLarge                     // 413 request_too_large
-	KindNotFound                     // 404 not_found
-	KindMethodNotAllowed             // 405 method_not_allowed
-	KindUpstreamRejected             // upstream 4xx: same status, upstream_rejected
-	KindBadGateway                   // 502 upstream_error bad_gateway
-	KindUpstreamProtocol             // 502 upstream_error upstream_protocol_error
-	KindUpstreamTimeout              // 504 timeout_error upstream_timeout
-	KindDeadline                     // 504 timeout_error deadline_exceeded
-	KindShuttingDown                 // 503 server_error shutting_down
-	KindCancelled                    // client went away: 499 in logs and metrics, nothing is written
-	KindDuplicateKey                 // 400 invalid_request_error duplicate_key, Param = the JSON path
-	KindReservedField                // 400 invalid_request_error reserved_field, Param = the JSON path
-	KindHeadersTooLarge              // 431 invalid_request_error request_header_fields_too_large
-	KindBadFraming                   // 400 invalid_request_error invalid_framing (the connection is closed)
+	KindInternal            Kind = iota // 500 server_error internal_error
+	KindInvalidJSON                     // 400 invalid_json
+	KindInvalidRequest                  // 400 invalid_request
+	KindInvalidMedia                    // 400 invalid_media
+	KindMediaFetchFailed                // 400 media_fetch_failed
+	KindTooLarge                        // 413 request_too_large
+	KindNotFound                        // 404 not_found
+	KindMethodNotAllowed                // 405 method_not_allowed
+	KindUpstreamRejected                // upstream 4xx: same status, upstream_rejected
+	KindBadGateway                      // 502 upstream_error bad_gateway
+	KindUpstreamProtocol                // 502 upstream_error upstream_protocol_error
+	KindUpstreamTimeout                 // 504 timeout_error upstream_timeout
+	KindDeadline                        // 504 timeout_error deadline_exceeded
+	KindShuttingDown                    // 503 server_error shutting_down
+	KindCancelled                       // client went away: 499 in logs and metrics, nothing is written
+	KindDuplicateKey                    // 400 invalid_request_error duplicate_key, Param = the JSON path
+	KindReservedField                   // 400 invalid_request_error reserved_field, Param = the JSON path
+	KindHeadersTooLarge                 // 431 invalid_request_error request_header_fields_too_large
+	KindBadFraming                      // 400 invalid_request_error invalid_framing (the connection is closed)
+	KindUpstreamUnavailable             // upstream 503: 503 server_error upstream_unavailable, with Retry-After
+)
+
+// Kinds added by issue 12, in their own block so that the iota list above
+// keeps its alignment (merges); values are explicit and never reused.
+const (
+	KindModelsUnavailable Kind = 32 // 503 upstream_error models_unavailable: GET /v1/models, no upstream answered
 )
 
 // Error is celflow's typed error. Message must never contain an upstream
@@ -57,9 +64,43 @@ type Error struct {
 	// Cause is for logs only; it is never shown to clients.
 	Cause error
 	// Param is the error body's "param": the JSON path of the offending
-	// field (for example sampling_params.extra_args.kv_transfer_params),
-	// "" for null.
+	// field (for example sampling_params.extra_args.kv_transfer_params), or
+	// the string param of an upstream 4xx OpenAI or vLLM error (already cut);
+	// "" for null (PROTOCOL 12).
 	Param string
+	// RetryAfter is the reply's Retry-After in whole seconds, 0 for none:
+	// an upstream 503 (default DefaultRetryAfter) or 429 (only when the
+	// upstream sent a valid one).
+	RetryAfter int
+}
+
+// DefaultRetryAfter is the Retry-After, in seconds, of an upstream 503 that
+// sent none (or one out of bounds) (PROTOCOL 12).
+const DefaultRetryAfter = 1
+
+// UpstreamStatus is THE mapping of an upstream's non-2xx answer to an
+// error (PROTOCOL 12): a 503 is KindUpstreamUnavailable with retryAfter or
+// the default; a 4xx is KindUpstreamRejected with the same status, the
+// relayed message and param (and, for a 429, its Retry-After); anything
+// else is KindBadGateway. retryAfter is the upstream's valid Retry-After in
+// seconds, 0 when absent or untrusted. msg and param must already be cut.
+func UpstreamStatus(code int, msg, param string, retryAfter int) *Error {
+	switch {
+	case code == http.StatusServiceUnavailable:
+		if retryAfter <= 0 {
+			retryAfter = DefaultRetryAfter
+		}
+		return &Error{Kind: KindUpstreamUnavailable, Item: -1, Status: code,
+			Msg: "upstream unavailable: HTTP 503", RetryAfter: retryAfter}
+	case code >= 400 && code < 500:
+		e := &Error{Kind: KindUpstreamRejected, Item: -1, Status: code,
+			Msg: "rejected the request: HTTP " + strconv.Itoa(code), UpstreamMsg: msg, Param: param}
+		if code == http.StatusTooManyRequests {
+			e.RetryAfter = retryAfter
+		}
+		return e
+	}
+	return &Error{Kind: KindBadGateway, Item: -1, Status: code, Msg: "upstream answered HTTP " + strconv.Itoa(code)}
 }
 
 // Errorf builds an *Error of a kind.
@@ -154,10 +195,12 @@ func (e *Error) HTTPStatus() int {
 		return http.StatusBadGateway
 	case KindUpstreamTimeout, KindDeadline:
 		return http.StatusGatewayTimeout
-	case KindShuttingDown:
+	case KindShuttingDown, KindUpstreamUnavailable:
 		return http.StatusServiceUnavailable
 	case KindCancelled:
 		return 499 // never written: the client is gone; logs and metrics only
+	case KindModelsUnavailable:
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }
@@ -169,7 +212,7 @@ func (e *Error) Type() string {
 		return "upstream_error"
 	case KindUpstreamTimeout, KindDeadline:
 		return "timeout_error"
-	case KindShuttingDown, KindInternal:
+	case KindShuttingDown, KindInternal, KindUpstreamUnavailable:
 		return "server_error"
 	case KindUpstreamRejected:
 		if e.HTTPStatus() >= 500 {
@@ -178,6 +221,9 @@ func (e *Error) Type() string {
 	}
 	if e.Kind == KindCancelled {
 		return "server_error"
+	}
+	if e.Kind == KindModelsUnavailable {
+		return "upstream_error"
 	}
 	return "invalid_request_error"
 }
@@ -215,6 +261,8 @@ func (e *Error) Code() string {
 		return "shutting_down"
 	case KindCancelled:
 		return "client_closed_request"
+	case KindUpstreamUnavailable:
+		return "upstream_unavailable"
 	case KindDuplicateKey:
 		return "duplicate_key"
 	case KindReservedField:
@@ -223,6 +271,8 @@ func (e *Error) Code() string {
 		return "request_header_fields_too_large"
 	case KindBadFraming:
 		return "invalid_framing"
+	case KindModelsUnavailable:
+		return "models_unavailable"
 	}
 	return "internal_error"
 }

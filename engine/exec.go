@@ -324,14 +324,15 @@ func (rs *run) retry(i int, c *completion) bool {
 	if n.foreach != nil {
 		items, _ = rs.items(i, n)
 	}
+	rs.noteRetry(i, c, d)
 	rs.launch(i, items, max(d, time.Nanosecond))
 	return true
 }
 
 func retryable(e *Error) bool {
 	switch e.Kind {
-	case KindBadGateway, KindUpstreamTimeout:
-		return true
+	case KindBadGateway, KindUpstreamTimeout, KindUpstreamUnavailable:
+		return true // a 503 is retried too: another endpoint may have room (docs/errors.md)
 	case KindUpstreamRejected:
 		return e.Status >= 500
 	}

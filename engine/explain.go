@@ -131,7 +131,7 @@ func (s *stub) Run(ctx context.Context, x *Exec) Result {
 	case s.a.Word == "timed_out":
 		return Result{Err: Errorf(KindUpstreamTimeout, "assumed timeout")}
 	case s.a.HTTP >= 500:
-		return Result{HTTPStatus: s.a.HTTP, Err: &Error{Kind: KindBadGateway, Item: -1, Status: s.a.HTTP, Msg: "upstream answered HTTP " + strconv.Itoa(s.a.HTTP)}}
+		return Result{HTTPStatus: s.a.HTTP, Err: UpstreamStatus(s.a.HTTP, "", "", 0)} // as a real leg would
 	case s.a.HTTP >= 300:
 		return Result{HTTPStatus: s.a.HTTP, Err: &Error{Kind: KindUpstreamRejected, Item: -1, Status: s.a.HTTP}}
 	}

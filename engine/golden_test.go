@@ -27,11 +27,11 @@ func TestInvalidGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			w, ds := engine.Load(filepath.Base(f), data, engine.LoadOptions{})
-			got := ds.String()
+			got := ds.Pretty()
 			if w != nil {
 				got += "(loaded)\n"
 				// A file whose only problems are in its tests: block is invalid too.
-				got += w.RunTests(t.Context()).String()
+				got += w.RunTests(t.Context()).Pretty()
 			}
 			golden := strings.TrimSuffix(f, ".yaml") + ".golden"
 			if *update {

@@ -33,7 +33,7 @@ const (
 func LoadFile(path string, opts LoadOptions) (*Workflow, schema.Diagnostics) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, schema.Diagnostics{{File: path, Msg: "cannot read workflow: " + err.Error()}}
+		return nil, schema.Diagnostics{{File: path, Msg: "cannot read workflow: " + err.Error(), Rule: schema.RuleInput}}
 	}
 	return Load(path, data, opts)
 }
@@ -44,11 +44,11 @@ func LoadFile(path string, opts LoadOptions) (*Workflow, schema.Diagnostics) {
 func Load(file string, data []byte, opts LoadOptions) (*Workflow, schema.Diagnostics) {
 	doc, ds := schema.LoadYAML(file, data)
 	if doc == nil {
-		return nil, ds.Sort()
+		return nil, ds.Sort().WithSource(file, data)
 	}
 	sum := sha256.Sum256(data)
 	w, more := compile(doc, opts, hex.EncodeToString(sum[:]))
-	ds = append(ds, more...).Sort()
+	ds = append(ds, more...).Sort().WithSource(file, data)
 	if ds.HasErrors() {
 		return nil, ds
 	}
@@ -61,7 +61,7 @@ func Load(file string, data []byte, opts LoadOptions) (*Workflow, schema.Diagnos
 func LoadDoc(doc *schema.Doc, opts LoadOptions) (*Workflow, schema.Diagnostics) {
 	sum := sha256.Sum256(doc.JSON(""))
 	w, ds := compile(doc, opts, hex.EncodeToString(sum[:]))
-	ds = ds.Sort()
+	ds = doc.AttachSource(ds.Sort())
 	if ds.HasErrors() {
 		return nil, ds
 	}
@@ -88,31 +88,28 @@ func compile(doc *schema.Doc, opts LoadOptions, hash string) (*Workflow, schema.
 	c := &compiler{doc: doc, opts: opts, ids: map[string]int{},
 		w: &Workflow{file: doc.File, hash: hash, doc: doc, pool: &sync.Pool{}}}
 	c.ds = schema.Validate(doc, schema.WorkflowID, "")
-	root, ok := doc.Root.(map[string]any)
-	if !ok {
+	if _, ok := doc.Root.(map[string]any); !ok {
 		return nil, c.ds
 	}
-	c.header(root)
-	c.nodes(root)
+	var wd workflowDoc
+	schema.Decode(doc, "", &wd)
+	c.header(&wd)
+	c.nodes(wd.Nodes)
 	c.cel()
 	c.graph()
-	c.tests(root)
+	c.tests(wd.Tests)
 	return c.w, c.ds
 }
 
 // header reads metadata, routes, defaults, request_timeout and vars.
-func (c *compiler) header(root map[string]any) {
-	if md, ok := root["metadata"].(map[string]any); ok {
-		c.w.name, _ = md["name"].(string)
-		c.w.version, _ = md["version"].(string)
-		c.w.description, _ = md["description"].(string)
+func (c *compiler) header(wd *workflowDoc) {
+	if md := wd.Metadata; md != nil {
+		c.w.name, c.w.version, c.w.description = md.Name.V, md.Version.V, md.Description.V
 	}
-	if rs, ok := root["routes"].([]any); ok {
-		for _, r := range rs {
-			if s, ok := r.(string); ok {
-				if rt, ok := ParseRoute(s); ok {
-					c.w.routes[rt] = true
-				}
+	if wd.Routes.Set {
+		for _, s := range wd.Routes.V {
+			if rt, ok := ParseRoute(s); ok {
+				c.w.routes[rt] = true
 			}
 		}
 	} else {
@@ -120,26 +117,25 @@ func (c *compiler) header(root map[string]any) {
 			c.w.routes[r] = true
 		}
 	}
-	c.w.requestTimeout = duration(root["request_timeout"])
+	c.w.requestTimeout = wd.RequestTimeout.V
 	c.defs = defaultsDoc{maxParallel: DefaultMaxParallel}
-	if d, ok := root["defaults"].(map[string]any); ok {
-		c.defs.kv, _ = d["kv_connector"].(string)
-		c.defs.ec, _ = d["ec_connector"].(string)
-		f, _ := d["format"].(string)
-		c.defs.tokensIn = f == "tokens-in"
-		c.defs.timeout = duration(d["timeout"])
-		if n, ok := integer(d["max_parallel"]); ok {
-			c.defs.maxParallel = n
+	if d := wd.Defaults; d != nil {
+		c.defs.kv, c.defs.ec = d.KVConnector.V, d.ECConnector.V
+		c.defs.tokensIn = d.Format.V == "tokens-in"
+		c.defs.timeout = d.Timeout.V
+		if d.MaxParallel.Set {
+			c.defs.maxParallel = d.MaxParallel.V
 		}
-		c.defs.retry, _ = d["retry"].(map[string]any)
+		c.defs.retry = d.Retry
 	}
-	c.vars, _ = root["vars"].(map[string]any)
-	for _, k := range c.doc.Keys("/vars") {
-		if !isIdent(k) {
-			c.ds = append(c.ds, c.doc.DiagKey(schema.Ptr("/vars", k), schema.Error,
-				"var name "+quote(k)+" is not a CEL identifier (letters, digits and _, not starting with a digit)"))
-			delete(c.vars, k)
+	c.vars = map[string]any{}
+	for _, e := range wd.Vars {
+		if !isIdent(e.Key) {
+			c.ds = append(c.ds, c.doc.DiagKey(e.KeyPos.Ptr, schema.Error,
+				"var name "+quote(e.Key)+" is not a CEL identifier (letters, digits and _, not starting with a digit)").R(RuleVarName))
+			continue
 		}
+		c.vars[e.Key] = e.V.V
 	}
 }
 
@@ -149,30 +145,7 @@ type defaultsDoc struct {
 	tokensIn    bool
 	timeout     time.Duration
 	maxParallel int
-	retry       map[string]any
-}
-
-// duration reads a schema-validated duration string; anything else is 0
-// (the schema has already reported it).
-func duration(v any) time.Duration {
-	s, ok := v.(string)
-	if !ok {
-		return 0
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0
-	}
-	return d
-}
-
-func integer(v any) (int, bool) {
-	n, ok := v.(json.Number)
-	if !ok {
-		return 0, false
-	}
-	i, err := n.Int64()
-	return int(i), err == nil
+	retry       *retryDoc
 }
 
 func quote(s string) string {

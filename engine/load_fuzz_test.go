@@ -11,8 +11,9 @@ import (
 
 // FuzzLoad: the workflow loader takes any bytes (YAML, JSON, garbage) and
 // never panics: it returns a Workflow, or diagnostics with at least one
-// error, each naming the file. Seeds: every workflow under testdata (valid
-// and invalid) plus testdata/fuzz/FuzzLoad/.
+// error, each naming the file and its rule; rendering them (carets, SARIF)
+// never panics either. Seeds: every workflow under testdata (valid and
+// invalid) plus testdata/fuzz/FuzzLoad/.
 func FuzzLoad(f *testing.F) {
 	files, _ := filepath.Glob("../testdata/workflows/*/*.yaml")
 	for _, p := range files {
@@ -29,9 +30,11 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("a workflow despite errors:\n%s", ds)
 		}
 		for _, d := range ds {
-			if d.File != "fuzz.yaml" || strings.TrimSpace(d.Msg) == "" {
-				t.Fatalf("diagnostic without file or message: %+v", d)
+			if d.File != "fuzz.yaml" || strings.TrimSpace(d.Msg) == "" || d.Rule == "" {
+				t.Fatalf("diagnostic without file, message or rule: %+v", d)
 			}
 		}
+		_ = ds.Pretty()
+		_ = ds.SARIF("dev")
 	})
 }

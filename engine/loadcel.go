@@ -1,6 +1,10 @@
 package engine
 
 import (
+	"fmt"
+	"slices"
+	"strings"
+
 	"github.com/celflow/celflow/engine/celenv"
 	"github.com/celflow/celflow/schema"
 )
@@ -9,15 +13,19 @@ import (
 // foreach list, edge condition and retry predicate, reporting errors at
 // the file position of the offending character.
 func (c *compiler) cel() {
-	var ids []string
-	for _, sp := range c.specs {
+	var decls []celenv.NodeDecl
+	for i, sp := range c.specs {
 		if sp.idOK {
-			ids = append(ids, sp.id)
+			d := celenv.NodeDecl{ID: sp.id, Type: sp.typ}
+			for _, o := range c.w.nodes[i].contract.Outputs {
+				d.Outputs = append(d.Outputs, celenv.Output{Name: o.Name, Type: o.Type})
+			}
+			decls = append(decls, d)
 		}
 	}
-	env, err := celenv.NewEnv(ids, c.vars)
+	env, err := celenv.NewEnvNodes(decls, c.vars)
 	if err != nil {
-		c.ds.Errorf(c.doc, "", "internal: CEL environment: %v", err)
+		c.errf(schema.RuleInternal, "", "internal: CEL environment: %v", err)
 		return
 	}
 	c.w.env = env
@@ -34,35 +42,41 @@ func (c *compiler) cel() {
 		for k := range sp.needs {
 			if ns := &sp.needs[k]; ns.cond != "" {
 				ns.expr = c.expr(ns.ifPtr, ns.cond, celenv.Edge)
+				c.statuses(ns.expr, ns.ifPtr, ns.node)
 			}
 		}
 		n.retry = defRetry
 		if sp.retry != nil {
 			n.retry = c.compileRetry(sp.retry, sp.ptr+"/retry", defRetry)
 		}
+		if n.retry.cond != nil {
+			c.statuses(n.retry.cond, n.retry.condPtr, sp.id)
+		}
+		c.statuses(n.when, sp.ptr+"/when", "")
+		c.statuses(n.foreach, sp.ptr+"/foreach", "")
 	}
 }
 
 // compileRetry overlays a retry block on base, field by field.
-func (c *compiler) compileRetry(m map[string]any, ptr string, base retryPolicy) retryPolicy {
-	if m == nil {
+func (c *compiler) compileRetry(rd *retryDoc, ptr string, base retryPolicy) retryPolicy {
+	if rd == nil {
 		return base
 	}
 	r := base
-	if v, ok := integer(m["attempts"]); ok {
-		r.attempts = v
+	if rd.Attempts.Set {
+		r.attempts = rd.Attempts.V
 	}
-	if _, ok := m["backoff"]; ok {
-		r.backoff = duration(m["backoff"])
+	if rd.Backoff.Set {
+		r.backoff = rd.Backoff.V
 	}
-	if _, ok := m["max_backoff"]; ok {
-		r.maxBackoff = duration(m["max_backoff"])
+	if rd.MaxBackoff.Set {
+		r.maxBackoff = rd.MaxBackoff.V
 	}
-	if b, ok := m["jitter"].(bool); ok {
-		r.jitter = b
+	if rd.Jitter.Set {
+		r.jitter = rd.Jitter.V
 	}
-	if s, ok := m["if"].(string); ok {
-		r.cond, r.condPtr = c.expr(ptr+"/if", s, celenv.Retry), ptr+"/if"
+	if rd.If.Set {
+		r.cond, r.condPtr = c.expr(rd.If.Ptr, rd.If.V, celenv.Retry), rd.If.Ptr
 	}
 	if r.maxBackoff < r.backoff {
 		r.maxBackoff = r.backoff
@@ -76,7 +90,51 @@ func (c *compiler) expr(ptr, src string, kind celenv.Kind) *celenv.Expr {
 	for _, is := range iss {
 		line, col := c.doc.ScalarPos(ptr, is.Line, is.Col)
 		c.ds = append(c.ds, schema.Diagnostic{File: c.doc.File, Line: line, Col: col,
-			Path: c.doc.Path(ptr), Msg: is.Msg, Severity: schema.Error})
+			Path: c.doc.Path(ptr), Msg: is.Msg, Severity: schema.Error, Rule: is.Rule, Hint: is.Hint})
 	}
 	return x
+}
+
+// statuses warns about a comparison of a node's response.status with a
+// status that has a meaning of its own for some node type of the workflow
+// (a Contract.Statuses entry, and always 412, the conditional-decode miss)
+// when the compared node's type does not declare it: that node never
+// produces it, so the condition never holds. self names the node that
+// `response`/`outcome` stand for ("" where they are not in scope).
+func (c *compiler) statuses(x *celenv.Expr, ptr, self string) {
+	if x == nil {
+		return
+	}
+	special := map[int64]bool{412: true}
+	for _, n := range c.w.nodes {
+		for _, s := range n.contract.Statuses {
+			special[int64(s)] = true
+		}
+	}
+	for _, sc := range x.StatusCompares {
+		id := sc.Node
+		if id == "" {
+			id = self
+		}
+		i, ok := c.ids[id]
+		if !ok || !special[sc.Status] || c.w.nodes[i].node == nil || slices.Contains(c.w.nodes[i].contract.Statuses, int(sc.Status)) {
+			continue
+		}
+		var by []string
+		for _, n := range c.w.nodes {
+			if slices.Contains(n.contract.Statuses, int(sc.Status)) && !slices.Contains(by, n.typ) {
+				by = append(by, n.typ)
+			}
+		}
+		who := "conditional-decode's miss"
+		if len(by) > 0 {
+			who = strings.Join(by, ", ")
+		}
+		line, col := c.doc.ScalarPos(ptr, sc.Line, sc.Col)
+		c.ds = append(c.ds, schema.Diagnostic{File: c.doc.File, Line: line, Col: col, Path: c.doc.Path(ptr),
+			Severity: schema.Warning, Rule: RuleCELStatusNever,
+			Msg: fmt.Sprintf("node %s (type %s) never fails with %d (only %s does), so this comparison never holds",
+				quote(id), c.w.nodes[i].typ, sc.Status, who),
+			Hint: "compare with a status the node can produce, or read the conditional-decode node's status"})
+	}
 }

@@ -113,7 +113,7 @@ func (c *compiler) dataflow(g *graph.Graph, order []int, anc []graph.Set) {
 		if len(m.routes) > 1 {
 			route += "s"
 		}
-		c.ds.Errorf(c.doc, c.specs[m.node].ptr+"/type",
+		c.errf(RuleDataflow, c.specs[m.node].ptr+"/type",
 			"node %s needs %s on the %s, but this path reaches it without %s surely provided: %s%s",
 			quote(nodes[m.node].id), m.key, route, m.key, strings.Join(names, " → "), c.providers(m.key))
 	}
@@ -129,7 +129,7 @@ func (c *compiler) dataflow(g *graph.Graph, order []int, anc []graph.Set) {
 			for y := x + 1; y < len(ps); y++ {
 				a, b := ps[x], ps[y]
 				if !anc[a].Has(b) && !anc[b].Has(a) {
-					c.ds.Errorf(c.doc, c.specs[b].ptr+"/type", "nodes %s and %s both provide %s and neither needs the other", quote(nodes[a].id), quote(nodes[b].id), k)
+					c.errf(RuleProviders, c.specs[b].ptr+"/type", "nodes %s and %s both provide %s and neither needs the other", quote(nodes[a].id), quote(nodes[b].id), k)
 				}
 			}
 		}

@@ -29,11 +29,11 @@ func (c *compiler) graph() {
 				if s := closestName(ns.node, keys(c.ids)); s != "" {
 					msg += " (did you mean " + quote(s) + "?)"
 				}
-				c.ds.Errorf(c.doc, ns.ptr, "%s", msg)
+				c.errf(RuleUnknownNeed, ns.ptr, "%s", msg)
 				continue
 			}
 			if seen[j] {
-				c.ds.Errorf(c.doc, ns.ptr, "%s is needed twice", quote(ns.node))
+				c.errf(RuleDuplicateNeed, ns.ptr, "%s is needed twice", quote(ns.node))
 				continue
 			}
 			seen[j] = true
@@ -52,7 +52,7 @@ func (c *compiler) graph() {
 			names = append(names, nodes[i].id)
 		}
 		names = append(names, nodes[cyc[0]].id)
-		c.ds.Errorf(c.doc, c.specs[cyc[0]].ptr+"/id", "cycle: %s (each node needs the one before it)", strings.Join(names, " → "))
+		c.errf(RuleCycle, c.specs[cyc[0]].ptr+"/id", "cycle: %s (each node needs the one before it)", strings.Join(names, " → "))
 		return
 	}
 	order, _ := g.Topo()
@@ -63,6 +63,9 @@ func (c *compiler) graph() {
 		return // dataflow over a broken graph would only add noise
 	}
 	c.dataflow(g, order, anc)
+	if !c.ds.HasErrors() {
+		c.paths(order, anc)
+	}
 	c.edges()
 }
 
@@ -81,17 +84,17 @@ func (c *compiler) structure(g *graph.Graph, order []int, brokenNeed []bool) {
 			switch {
 			case p.contract.Terminal:
 				afterTerminal[i] = true
-				c.ds.Errorf(c.doc, ptr, "node %s is after a terminal responder: %s answers the client whenever it succeeds, which ends the run", quote(n.id), quote(p.id))
+				c.errf(RuleAfterTerminal, ptr, "node %s is after a terminal responder: %s answers the client whenever it succeeds, which ends the run", quote(n.id), quote(p.id))
 			case !e.hasIf && p.when == nil:
-				c.ds.Errorf(c.doc, ptr, "an edge from responder %s needs an if: condition (when it succeeds it has answered the client and the run ends, so this edge could never fire)", quote(p.id))
+				c.errf(RuleResponderEdge, ptr, "an edge from responder %s needs an if: condition (when it succeeds it has answered the client and the run ends, so this edge could never fire)", quote(p.id))
 			}
 		}
 		if sp.hasType {
 			switch {
 			case sp.fanOut && n.foreach == nil && sp.foreach == "":
-				c.ds.Errorf(c.doc, sp.ptr+"/type", "node type %s runs once per item: set foreach (for example foreach: media)", quote(n.typ))
+				c.errf(RuleForEachRequired, sp.ptr+"/type", "node type %s runs once per item: set foreach (for example foreach: media)", quote(n.typ))
 			case !sp.fanOut && sp.foreach != "":
-				c.ds.Errorf(c.doc, sp.ptr+"/foreach", "node type %s does not fan out; remove foreach", quote(n.typ))
+				c.errf(RuleForEachForbidden, sp.ptr+"/foreach", "node type %s does not fan out; remove foreach", quote(n.typ))
 			}
 		}
 	}
@@ -115,14 +118,14 @@ func (c *compiler) structure(g *graph.Graph, order []int, brokenNeed []bool) {
 			cause = cause && reach[p]
 		}
 		if cause {
-			c.ds.Errorf(c.doc, c.specs[i].ptr+"/id", "node %s is unreachable: no path from the request reaches it (every path into it crosses an edge that can never fire)", quote(n.id))
+			c.errf(RuleUnreachable, c.specs[i].ptr+"/id", "node %s is unreachable: no path from the request reaches it (every path into it crosses an edge that can never fire)", quote(n.id))
 		}
 		if reach[i] && n.contract.Responds {
 			responder = true
 		}
 	}
 	if !responder && !c.ds.HasErrors() {
-		c.ds.Errorf(c.doc, "/nodes", "no path can answer the client: no reachable node responds (add a decode node)")
+		c.errf(RuleNoResponder, "/nodes", "no path can answer the client: no reachable node responds (add a decode node)")
 	}
 }
 
@@ -147,11 +150,11 @@ func (c *compiler) reads(anc []graph.Set) {
 		}
 		for _, r := range x.NodeReads {
 			line, col := c.doc.ScalarPos(ptr, r.Line, r.Col)
-			at := schema.Diagnostic{File: c.doc.File, Line: line, Col: col, Path: c.doc.Path(ptr)}
+			at := schema.Diagnostic{File: c.doc.File, Line: line, Col: col, Path: c.doc.Path(ptr), Rule: RuleCELNotPreceding}
 			j, ok := c.ids[r.Name]
 			switch {
 			case r.Name == "":
-				at.Msg = "read nodes.<id>, not nodes as a whole"
+				at.Msg, at.Rule = "read nodes.<id>, not nodes as a whole", RuleCELWholeNodes
 			case !ok:
 				continue // the type checker reported it
 			case j == reader && self:
@@ -175,7 +178,7 @@ func (c *compiler) reads(anc []graph.Set) {
 				if j == reader || anc[reader].Has(j) || anc[j].Has(reader) || !providesAny(w.contract, k.keys) {
 					continue
 				}
-				c.ds.Errorf(c.doc, ptr, "reads %s while %s, which writes it, may be running (make one need the other)", k.name, quote(w.id))
+				c.errf(RuleCELRace, ptr, "reads %s while %s, which writes it, may be running (make one need the other)", k.name, quote(w.id))
 			}
 		}
 	}

@@ -18,7 +18,7 @@ type nodeSpec struct {
 	idOK          bool // a valid, unique CEL identifier
 	when, foreach string
 	needs         []needSpec
-	retry         map[string]any
+	retry         *retryDoc
 	hasType       bool
 	fanOut        bool
 }
@@ -41,47 +41,30 @@ var reserved = map[string]bool{
 
 func isIdent(s string) bool { return identRE.MatchString(s) && !reserved[s] }
 
-func (c *compiler) nodes(root map[string]any) {
-	list, _ := root["nodes"].([]any)
-	for i, raw := range list {
-		ptr := schema.Ptr("/nodes", i)
-		m, _ := raw.(map[string]any)
-		sp := nodeSpec{ptr: ptr}
-		sp.id, _ = m["id"].(string)
-		sp.typ, _ = m["type"].(string)
-		sp.when, _ = m["when"].(string)
-		sp.foreach, _ = m["foreach"].(string)
-		sp.retry, _ = m["retry"].(map[string]any)
+func (c *compiler) nodes(list []nodeDoc) {
+	for i := range list {
+		nd := &list[i]
+		ptr := nd.Ptr
+		sp := nodeSpec{ptr: ptr, id: nd.ID.V, typ: nd.Type.V, when: nd.When.V, foreach: nd.ForEach.V, retry: nd.Retry}
 		n := &cnode{idx: i, id: sp.id, typ: sp.typ, ptr: ptr, maxParallel: c.defs.maxParallel, timeout: c.defs.timeout}
-		n.description, _ = m["description"].(string)
-		n.joinAny = m["join"] == "any"
-		if v, ok := integer(m["max_parallel"]); ok {
-			n.maxParallel = v
+		n.description = nd.Description.V
+		n.joinAny = nd.Join.V == "any"
+		if nd.MaxParallel.Set {
+			n.maxParallel = nd.MaxParallel.V
 		}
-		if v, ok := integer(m["tolerate"]); ok {
-			n.tolerate = v
-		}
-		if _, ok := m["timeout"]; ok {
-			n.timeout = duration(m["timeout"])
+		n.tolerate = nd.Tolerate.V
+		if nd.Timeout.Set {
+			n.timeout = nd.Timeout.V
 		}
 		c.checkID(&sp, i)
-		if needs, ok := m["needs"].([]any); ok {
-			for k, nr := range needs {
-				np := schema.Ptr(ptr, "needs", k)
-				switch v := nr.(type) {
-				case string:
-					sp.needs = append(sp.needs, needSpec{ptr: np, node: v})
-				case map[string]any:
-					ns := needSpec{ptr: np + "/node", ifPtr: np + "/if"}
-					ns.node, _ = v["node"].(string)
-					ns.cond, _ = v["if"].(string)
-					sp.needs = append(sp.needs, ns)
-				}
+		for _, nr := range nd.Needs {
+			if nr.Short {
+				sp.needs = append(sp.needs, needSpec{ptr: nr.Ptr, node: nr.Node.V})
+				continue
 			}
+			sp.needs = append(sp.needs, needSpec{ptr: nr.Node.Ptr, ifPtr: nr.If.Ptr, node: nr.Node.V, cond: nr.If.V})
 		}
-		if m != nil {
-			c.build(n, &sp, m)
-		}
+		c.build(n, &sp, nd)
 		c.w.nodes = append(c.w.nodes, n)
 		c.specs = append(c.specs, sp)
 	}
@@ -94,11 +77,11 @@ func (c *compiler) checkID(sp *nodeSpec, i int) {
 	}
 	switch {
 	case !isIdent(sp.id):
-		c.ds.Errorf(c.doc, idPtr, "node id %s is not a CEL identifier (letters, digits and _, not starting with a digit, not a reserved word): it must be readable as nodes.<id>", quote(sp.id))
+		c.errf(RuleNodeID, idPtr, "node id %s is not a CEL identifier (letters, digits and _, not starting with a digit, not a reserved word): it must be readable as nodes.<id>", quote(sp.id))
 	default:
 		if first, dup := c.ids[sp.id]; dup {
 			l, _ := c.doc.Pos(schema.Ptr("/nodes", first, "id"))
-			c.ds.Errorf(c.doc, idPtr, "duplicate node id %s (first declared at line %d)", quote(sp.id), l)
+			c.errf(RuleDuplicateID, idPtr, "duplicate node id %s (first declared at line %d)", quote(sp.id), l)
 			return
 		}
 		c.ids[sp.id] = i
@@ -107,7 +90,7 @@ func (c *compiler) checkID(sp *nodeSpec, i int) {
 }
 
 // build validates params against the node type's schema and calls Build.
-func (c *compiler) build(n *cnode, sp *nodeSpec, m map[string]any) {
+func (c *compiler) build(n *cnode, sp *nodeSpec, nd *nodeDoc) {
 	typePtr := sp.ptr + "/type"
 	if sp.typ == "" {
 		return
@@ -119,18 +102,18 @@ func (c *compiler) build(n *cnode, sp *nodeSpec, m map[string]any) {
 		if s := closestName(sp.typ, known); s != "" {
 			msg += " (did you mean " + quote(s) + "?)"
 		}
-		c.ds.Errorf(c.doc, typePtr, "%s; known types: %s", msg, strings.Join(known, ", "))
+		c.errf(RuleUnknownType, typePtr, "%s; known types: %s", msg, strings.Join(known, ", "))
 		return
 	}
 	sp.hasType, sp.fanOut = true, t.FanOut
 	id, err := nodeSchema(t)
 	if err != nil {
-		c.ds.Errorf(c.doc, typePtr, "node type %s has an invalid params schema: %v", quote(t.Name), err)
+		c.errf(schema.RuleInternal, typePtr, "node type %s has an invalid params schema: %v", quote(t.Name), err)
 		return
 	}
 	paramsPtr := sp.ptr + "/params"
-	params, has := m["params"]
-	if !has {
+	params := nd.Params.V
+	if !nd.Params.Set {
 		params = map[string]any{}
 	}
 	pds := schema.ValidateValue(c.doc, id, paramsPtr, params)
@@ -144,7 +127,7 @@ func (c *compiler) build(n *cnode, sp *nodeSpec, m map[string]any) {
 		Defaults:     Defaults{KVConnector: c.defs.kv, ECConnector: c.defs.ec, TokensIn: c.defs.tokensIn},
 		WriteTimeout: c.opts.WriteTimeout,
 		Warn: func(path, msg string) {
-			c.ds = append(c.ds, c.doc.Diag(paramsPtr+path, schema.Warning, msg))
+			c.ds = append(c.ds, c.doc.Diag(paramsPtr+path, schema.Warning, msg).R(RuleParams))
 		},
 	}
 	node, err := safeBuild(t, bctx, raw)
@@ -178,12 +161,12 @@ func (c *compiler) paramErrors(paramsPtr string, err error) {
 	switch {
 	case errors.As(err, &pes):
 		for _, e := range pes {
-			c.ds.Errorf(c.doc, paramsPtr+e.Path, "%s", e.Msg)
+			c.errf(RuleParams, paramsPtr+e.Path, "%s", e.Msg)
 		}
 	case errors.As(err, &pe):
-		c.ds.Errorf(c.doc, paramsPtr+pe.Path, "%s", pe.Msg)
+		c.errf(RuleParams, paramsPtr+pe.Path, "%s", pe.Msg)
 	default:
-		c.ds.Errorf(c.doc, paramsPtr, "%v", err)
+		c.errf(RuleParams, paramsPtr, "%v", err)
 	}
 }
 

@@ -56,6 +56,25 @@ type Contract struct {
 	// (the concurrent SGLang prefill, PROTOCOL 9). Client disconnect and the
 	// request deadline still cancel it.
 	SurvivesEnd bool
+	// Statuses are the upstream HTTP statuses with a meaning of their own
+	// that the node's failures carry (conditional-decode: 412, the miss).
+	// The ending proof tries them; an edge comparing a predecessor's
+	// response.status with a status some type declares and the
+	// predecessor's type does not is flagged (cel/status-never-produced).
+	Statuses []int
+	// Outputs are what the node puts in Result.Outputs, readable as
+	// nodes.<id>.outputs.<name> and type-checked like a field: reading an
+	// output the type does not declare is a load error. An output the node
+	// did not produce on a run reads as its type's zero value.
+	Outputs []Output
+}
+
+// Output is one declared output. Type is a CEL type name: bool, int,
+// double, string, duration (or dyn, which guards then cannot use without
+// converting). The Go value in Result.Outputs must match it: bool, int64,
+// float64, string, time.Duration.
+type Output struct {
+	Name, Type string
 }
 
 // Node is one built, immutable node of a compiled workflow. Run is called
@@ -171,6 +190,11 @@ type Run struct {
 	Req      *Request
 	State    State
 	Deadline time.Time // zero when request_timeout is off
+	// LegHeader are server-owned headers stamped on every worker leg after
+	// the client's headers were filtered (the async broker's objective and
+	// fairness id). A node sets it before any leg is built (it runs first);
+	// read-only afterwards. Nil for none.
+	LegHeader http.Header
 	// Client is where a responding node writes the reply. Use Answer to claim it.
 	client   http.ResponseWriter
 	answerMu sync.Mutex

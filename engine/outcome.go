@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 	"unicode/utf8"
 )
@@ -46,6 +47,7 @@ type Outcome struct {
 	Items      []Outcome
 	Outputs    map[string]any
 	Responded  bool
+	Retries    []AttemptFailure // attempts that failed and were retried, in order (retrylog.go)
 }
 
 // Report is what a run leaves behind, for logs, metrics and `celflow demo`.
@@ -88,6 +90,9 @@ func WriteError(w http.ResponseWriter, e *Error, requestID string) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Request-Id", requestID)
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
 	if e.Kind == KindShuttingDown || e.Kind == KindHeadersTooLarge || e.Kind == KindBadFraming {
 		h.Set("Connection", "close")
 	}

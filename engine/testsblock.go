@@ -29,78 +29,68 @@ type expectation struct {
 
 var expectLists = []string{"ran", "skipped", "omitted", "failed"}
 
-func (c *compiler) tests(root map[string]any) {
-	list, _ := root["tests"].([]any)
-	for i, raw := range list {
-		m, _ := raw.(map[string]any)
-		ptr := schema.Ptr("/tests", i)
-		tc := testCase{ptr: ptr, probe: Probe{Route: RouteChat}, assume: map[string]Assumption{}}
-		tc.name, _ = m["name"].(string)
-		if req, ok := m["request"].(map[string]any); ok {
-			if s, ok := req["route"].(string); ok {
-				tc.probe.Route, _ = ParseRoute(s)
+func (c *compiler) tests(list []testDoc) {
+	for i := range list {
+		td := &list[i]
+		ptr := td.Ptr
+		tc := testCase{ptr: ptr, name: td.Name.V, probe: Probe{Route: RouteChat, Body: []byte(`{}`)}, assume: map[string]Assumption{}}
+		if req := td.Request; req != nil {
+			if req.Route.Set {
+				tc.probe.Route, _ = ParseRoute(req.Route.V)
 			}
-			body := req["body"]
-			if body == nil {
-				body = map[string]any{}
+			if req.Body.Set && req.Body.V != nil {
+				tc.probe.Body, _ = json.Marshal(req.Body.V)
 			}
-			tc.probe.Body, _ = json.Marshal(body)
-			if h, ok := req["headers"].(map[string]any); ok {
+			if req.Headers.Set {
 				tc.probe.Headers = http.Header{}
-				for k, v := range h {
-					if s, ok := v.(string); ok {
-						tc.probe.Headers.Add(k, s)
-					}
+				for k, v := range req.Headers.V {
+					tc.probe.Headers.Add(k, v)
 				}
 			}
-			tc.probe.Tokens, _ = integer(req["tokens"])
-		} else {
-			tc.probe.Body = []byte(`{}`)
+			tc.probe.Tokens = req.Tokens.V
 		}
 		if !c.w.routes[tc.probe.Route] {
-			c.ds.Errorf(c.doc, ptr+"/request/route", "the workflow does not serve the %s route", tc.probe.Route)
+			c.errf(RuleTestRoute, ptr+"/request/route", "the workflow does not serve the %s route", tc.probe.Route)
 		}
-		if as, ok := m["assume"].(map[string]any); ok {
-			for _, id := range c.doc.Keys(ptr + "/assume") {
-				if _, ok := c.ids[id]; !ok {
-					c.ds = append(c.ds, c.doc.DiagKey(schema.Ptr(ptr, "assume", id), schema.Error, "assume names unknown node "+quote(id)))
-					continue
-				}
-				var s string
-				switch v := as[id].(type) {
-				case json.Number:
-					s = v.String()
-				case string:
-					s = v
-				}
-				if a, err := ParseAssumption(s); err == nil {
-					tc.assume[id] = a
-				}
-			}
-		}
-		ex, _ := m["expect"].(map[string]any)
-		tc.expect.lists = map[string][]string{}
-		for _, k := range expectLists {
-			l, ok := ex[k].([]any)
-			if !ok {
+		for _, e := range td.Assume {
+			if _, ok := c.ids[e.Key]; !ok {
+				c.ds = append(c.ds, c.doc.DiagKey(e.KeyPos.Ptr, schema.Error, "assume names unknown node "+quote(e.Key)).R(RuleTestNode))
 				continue
 			}
-			ids := []string{}
-			for j, v := range l {
-				s, _ := v.(string)
-				if _, ok := c.ids[s]; !ok {
-					c.ds.Errorf(c.doc, schema.Ptr(ptr, "expect", k, j), "expect names unknown node %s", quote(s))
-				}
-				ids = append(ids, s)
+			var s string
+			switch v := e.V.V.(type) {
+			case json.Number:
+				s = v.String()
+			case string:
+				s = v
 			}
-			tc.expect.lists[k] = ids
+			if a, err := ParseAssumption(s); err == nil {
+				tc.assume[e.Key] = a
+			}
 		}
-		if s, ok := ex["answered_by"].(string); ok {
-			tc.expect.answeredBy = &s
-		}
-		tc.expect.status, _ = integer(ex["status"])
-		if s, ok := ex["code"].(string); ok {
-			tc.expect.code = &s
+		tc.expect.lists = map[string][]string{}
+		if ex := td.Expect; ex != nil {
+			for _, k := range expectLists {
+				l, ok := ex.list(k)
+				if !ok {
+					continue
+				}
+				ids := []string{}
+				for _, v := range l {
+					if _, ok := c.ids[v.V]; !ok {
+						c.errf(RuleTestNode, v.Ptr, "expect names unknown node %s", quote(v.V))
+					}
+					ids = append(ids, v.V)
+				}
+				tc.expect.lists[k] = ids
+			}
+			if ex.AnsweredBy.Set {
+				tc.expect.answeredBy = &ex.AnsweredBy.V
+			}
+			tc.expect.status = ex.Status.V
+			if ex.Code.Set {
+				tc.expect.code = &ex.Code.V
+			}
 		}
 		c.w.tests = append(c.w.tests, tc)
 	}
@@ -116,11 +106,11 @@ func (w *Workflow) RunTests(ctx context.Context) schema.Diagnostics {
 	for _, tc := range w.tests {
 		rep, err := w.Explain(ctx, tc.probe, tc.assume)
 		if err != nil {
-			ds = append(ds, w.doc.Diag(tc.ptr, schema.Error, fmt.Sprintf("test %s: %v", quote(tc.name), err)))
+			ds = append(ds, w.doc.Diag(tc.ptr, schema.Error, fmt.Sprintf("test %s: %v", quote(tc.name), err)).R(RuleTestFailed))
 			continue
 		}
 		for _, msg := range tc.check(rep) {
-			ds = append(ds, w.doc.Diag(tc.ptr, schema.Error, fmt.Sprintf("test %s: %s", quote(tc.name), msg)))
+			ds = append(ds, w.doc.Diag(tc.ptr, schema.Error, fmt.Sprintf("test %s: %s", quote(tc.name), msg)).R(RuleTestFailed))
 		}
 	}
 	return ds.Sort()

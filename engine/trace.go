@@ -84,6 +84,9 @@ func endSpan(sp trace.Span, o *Outcome, attrs map[string]any) {
 	if o.HTTPStatus != 0 {
 		kv = append(kv, AttrHTTPStatus.Int(o.HTTPStatus))
 	}
+	if len(o.Retries) > 0 {
+		kv = append(kv, AttrAttemptFailures.StringSlice(retryReasons(o)))
+	}
 	for k, v := range attrs {
 		kv = append(kv, anyAttr(k, v))
 	}

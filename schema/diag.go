@@ -43,9 +43,15 @@ type Diagnostic struct {
 	Path     string   `json:"path"`
 	Msg      string   `json:"message"`
 	Severity Severity `json:"severity"`
+	Rule     string   `json:"rule,omitempty"` // a Rule id (schema.Rules), "" for none
+	Hint     string   `json:"hint,omitempty"` // how to fix this occurrence, when known
+	// Source is the text of the source line (for the caret display); it is
+	// filled by WithSource and not part of the JSON output.
+	Source string `json:"-"`
 }
 
-// String is `file:line:col: path: message`; warnings say so after the path.
+// String is `file:line:col: path: message [rule]`; warnings say so after
+// the path.
 func (d Diagnostic) String() string {
 	var b strings.Builder
 	b.WriteString(d.File)
@@ -60,7 +66,94 @@ func (d Diagnostic) String() string {
 		b.WriteString("warning: ")
 	}
 	b.WriteString(d.Msg)
+	if d.Rule != "" {
+		b.WriteString(" [" + d.Rule + "]")
+	}
 	return b.String()
+}
+
+// Pretty is String followed, when the source line is known, by the line
+// and a caret under the column, and by the fix hint:
+//
+//	f.yaml:12:11: nodes[2].when: undeclared reference to "requets" [cel/undeclared-reference]
+//	   12 |     when: requets.format == "chat"
+//	      |           ^
+//	      = fix: ...
+func (d Diagnostic) Pretty() string {
+	var b strings.Builder
+	b.WriteString(d.String())
+	b.WriteByte('\n')
+	if d.Source != "" && d.Line > 0 {
+		num := strconv.Itoa(d.Line)
+		pad := strings.Repeat(" ", len(num))
+		fmt.Fprintf(&b, " %s | %s\n", num, d.Source)
+		fmt.Fprintf(&b, " %s | %s^\n", pad, caretPad(d.Source, d.Col))
+		if d.Hint != "" {
+			fmt.Fprintf(&b, " %s = fix: %s\n", pad, d.Hint)
+		}
+	} else if d.Hint != "" {
+		fmt.Fprintf(&b, "  = fix: %s\n", d.Hint)
+	}
+	return b.String()
+}
+
+// caretPad is the whitespace before column col (1-based, in runes) of
+// line, keeping tabs so the caret lines up.
+func caretPad(line string, col int) string {
+	var b strings.Builder
+	i := 1
+	for _, r := range line {
+		if i >= col {
+			break
+		}
+		if r == '\t' {
+			b.WriteByte('\t')
+		} else {
+			b.WriteByte(' ')
+		}
+		i++
+	}
+	for ; i < col; i++ {
+		b.WriteByte(' ')
+	}
+	return b.String()
+}
+
+// WithSource fills Source for the diagnostics of file from its text.
+func (ds Diagnostics) WithSource(file string, data []byte) Diagnostics {
+	var lines []string
+	for i := range ds {
+		d := &ds[i]
+		if d.File != file || d.Line < 1 || d.Source != "" {
+			continue
+		}
+		if lines == nil {
+			lines = strings.Split(string(data), "\n")
+		}
+		if d.Line <= len(lines) {
+			d.Source = strings.TrimRight(lines[d.Line-1], "\r")
+		}
+	}
+	return ds
+}
+
+// Pretty prints every diagnostic with its source line, caret and hint.
+func (ds Diagnostics) Pretty() string {
+	var b strings.Builder
+	for _, d := range ds {
+		b.WriteString(d.Pretty())
+	}
+	return b.String()
+}
+
+// HasWarnings reports whether any diagnostic is a warning.
+func (ds Diagnostics) HasWarnings() bool {
+	for _, d := range ds {
+		if d.Severity == Warning {
+			return true
+		}
+	}
+	return false
 }
 
 // Diagnostics is a list of problems; the zero value means "all good".
@@ -146,8 +239,15 @@ func (ds Diagnostics) GitHub() string {
 		if d.Path != "" {
 			msg = d.Path + ": " + msg
 		}
-		fmt.Fprintf(&b, "::%s file=%s,line=%d,col=%d::%s\n", d.Severity, ghEscapeProp(d.File),
-			max(d.Line, 1), max(d.Col, 1), ghEscapeData(msg))
+		title := ""
+		if d.Rule != "" {
+			title = ",title=" + ghEscapeProp(d.Rule)
+		}
+		if d.Hint != "" {
+			msg += " (fix: " + d.Hint + ")"
+		}
+		fmt.Fprintf(&b, "::%s file=%s,line=%d,col=%d%s::%s\n", d.Severity, ghEscapeProp(d.File),
+			max(d.Line, 1), max(d.Col, 1), title, ghEscapeData(msg))
 	}
 	return b.String()
 }

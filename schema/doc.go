@@ -45,13 +45,13 @@ func LoadYAML(file string, data []byte) (*Doc, Diagnostics) {
 	var root yaml.Node
 	if err := dec.Decode(&root); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, Diagnostics{{File: file, Line: 1, Col: 1, Msg: "empty document"}}
+			return nil, Diagnostics{{File: file, Line: 1, Col: 1, Msg: "empty document", Rule: RuleYAMLSyntax}}
 		}
 		return nil, Diagnostics{yamlErr(file, err)}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
-		ds = append(ds, Diagnostic{File: file, Line: extra.Line, Col: extra.Column, Msg: "only one YAML document per file is allowed"})
+		ds = append(ds, Diagnostic{File: file, Line: extra.Line, Col: extra.Column, Msg: "only one YAML document per file is allowed", Rule: RuleYAMLDocuments})
 	}
 	d := &Doc{File: file, index: map[string]*loc{}, lines: strings.Split(string(data), "\n")}
 	n := &root
@@ -69,9 +69,9 @@ func yamlErr(file string, err error) Diagnostic {
 	msg := err.Error()
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		l, _ := strconv.Atoi(m[1])
-		return Diagnostic{File: file, Line: l, Col: 1, Msg: "invalid YAML: " + m[2]}
+		return Diagnostic{File: file, Line: l, Col: 1, Msg: "invalid YAML: " + m[2], Rule: RuleYAMLSyntax}
 	}
-	return Diagnostic{File: file, Line: 1, Col: 1, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
+	return Diagnostic{File: file, Line: 1, Col: 1, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: "), Rule: RuleYAMLSyntax}
 }
 
 func (d *Doc) convert(n *yaml.Node, ptr string, ds *Diagnostics) any {
@@ -82,28 +82,28 @@ func (d *Doc) convert(n *yaml.Node, ptr string, ds *Diagnostics) any {
 	}
 	l.line, l.col, l.node = n.Line, n.Column, n
 	if n.Anchor != "" {
-		ds.Errorf(d, ptr, "YAML anchors are not supported (&%s)", n.Anchor)
+		*ds = append(*ds, d.Diag(ptr, Error, "YAML anchors are not supported (&"+n.Anchor+")").R(RuleYAMLAnchor))
 	}
 	switch n.Kind {
 	case yaml.AliasNode:
-		ds.Errorf(d, ptr, "YAML aliases are not supported (*%s)", n.Value)
+		*ds = append(*ds, d.Diag(ptr, Error, "YAML aliases are not supported (*"+n.Value+")").R(RuleYAMLAnchor))
 		return nil
 	case yaml.MappingNode:
 		m := make(map[string]any, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Kind != yaml.ScalarNode || k.Tag != "!!str" {
-				what := "a non-string key"
+				what, rule := "a non-string key", RuleYAMLKey
 				if k.Tag == "!!merge" {
-					what = "merge keys (<<)"
+					what, rule = "merge keys (<<)", RuleYAMLAnchor
 				}
-				*ds = append(*ds, Diagnostic{File: d.File, Line: k.Line, Col: k.Column, Path: d.path(ptr), Msg: what + " is not supported"})
+				*ds = append(*ds, Diagnostic{File: d.File, Line: k.Line, Col: k.Column, Path: d.path(ptr), Msg: what + " is not supported", Rule: rule})
 				continue
 			}
 			cp := ptr + "/" + escapePtr(k.Value)
 			if _, dup := m[k.Value]; dup {
 				*ds = append(*ds, Diagnostic{File: d.File, Line: k.Line, Col: k.Column, Path: d.path(cp),
-					Msg: fmt.Sprintf("duplicate key %q (first at line %d)", k.Value, d.index[cp].keyLine)})
+					Msg: fmt.Sprintf("duplicate key %q (first at line %d)", k.Value, d.index[cp].keyLine), Rule: RuleYAMLDupKey})
 				continue
 			}
 			d.index[cp] = &loc{keyLine: k.Line, keyCol: k.Column}
@@ -121,11 +121,11 @@ func (d *Doc) convert(n *yaml.Node, ptr string, ds *Diagnostics) any {
 	case yaml.ScalarNode:
 		v, err := scalar(n)
 		if err != nil {
-			ds.Errorf(d, ptr, "%s", err)
+			*ds = append(*ds, d.Diag(ptr, Error, err.Error()).R(RuleYAMLScalar))
 		}
 		return v
 	}
-	ds.Errorf(d, ptr, "unsupported YAML node")
+	*ds = append(*ds, d.Diag(ptr, Error, "unsupported YAML node").R(RuleYAMLScalar))
 	return nil
 }
 
@@ -360,4 +360,15 @@ func isIdent(s string) bool {
 		return false
 	}
 	return true
+}
+
+// AttachSource fills Source for the diagnostics of d's file from the
+// document's text (for a Sub document, the whole file's).
+func (d *Doc) AttachSource(ds Diagnostics) Diagnostics {
+	for i := range ds {
+		if ds[i].File == d.File && ds[i].Source == "" {
+			ds[i].Source = d.lineAt(ds[i].Line)
+		}
+	}
+	return ds
 }

@@ -10,6 +10,14 @@ import (
 // diag turns one validation problem into a readable diagnostic. inst is
 // relative to the validated value, which sits at base in the doc.
 func (p problem) diag(doc *Doc, base string) Diagnostic {
+	d := p.diag1(doc, base)
+	if d.Rule == "" {
+		d.Rule = RuleSchema
+	}
+	return d
+}
+
+func (p problem) diag1(doc *Doc, base string) Diagnostic {
 	ptr := base + p.inst
 	v, _ := doc.Value(ptr)
 	switch p.keyword {
@@ -24,35 +32,38 @@ func (p problem) diag(doc *Doc, base string) Diagnostic {
 		if len(ds) > 0 {
 			// The first unknown key carries the message; extra ones are rare
 			// and get their own problem through expandUnknown.
-			return doc.DiagKey(Ptr(ptr, ds[0]), Error, unknownMsg(ds[0], doc.Keys(ptr)))
+			return doc.DiagKey(Ptr(ptr, ds[0]), Error, unknownMsg(ds[0], doc.Keys(ptr))).R(RuleUnknownField)
 		}
 	case "required":
 		names := quotedNames(p.msg)
 		if len(names) == 1 {
-			return doc.Diag(ptr, Error, fmt.Sprintf("missing required field %q", names[0]))
+			return doc.Diag(ptr, Error, fmt.Sprintf("missing required field %q", names[0])).R(RuleMissingField)
 		}
-		return doc.Diag(ptr, Error, "missing required fields "+strings.Join(quoteAll(names), ", "))
+		return doc.Diag(ptr, Error, "missing required fields "+strings.Join(quoteAll(names), ", ")).R(RuleMissingField)
 	case "type":
+		if p.msg != "" && strings.HasSuffix(p.msg, "(out of the 64-bit range)") {
+			return doc.Diag(ptr, Error, p.msg).R(RuleRange)
+		}
 		if strings.HasPrefix(p.msg, "expected ") && strings.Contains(p.msg, ", but got") {
 			want := p.msg[len("expected "):strings.Index(p.msg, ", but got")]
-			return doc.Diag(ptr, Error, "expected "+want+", got "+describe(v))
+			return doc.Diag(ptr, Error, "expected "+want+", got "+describe(v)).R(RuleWrongType)
 		}
 	case "format":
 		if strings.HasSuffix(p.msg, "'duration'") || strings.HasSuffix(p.msg, "'go-duration'") {
-			return doc.Diag(ptr, Error, fmt.Sprintf("invalid duration %s (want a Go duration such as \"30s\" or \"1m30s\")", describe(v)))
+			return doc.Diag(ptr, Error, fmt.Sprintf("invalid duration %s (want a Go duration such as \"30s\" or \"1m30s\")", describe(v))).R(RuleDuration)
 		}
 	case "enum", "const":
-		return doc.Diag(ptr, Error, strings.TrimPrefix(p.msg, "value ")+", got "+describe(v))
+		return doc.Diag(ptr, Error, strings.TrimPrefix(p.msg, "value ")+", got "+describe(v)).R(RuleEnum)
 	case "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum":
-		return doc.Diag(ptr, Error, strings.Replace(p.msg, " but found ", ", got ", 1))
+		return doc.Diag(ptr, Error, strings.Replace(p.msg, " but found ", ", got ", 1)).R(RuleRange)
 	case "minItems":
 		var want, got int
 		if _, err := fmt.Sscanf(p.msg, "minimum %d items required, but found %d items", &want, &got); err == nil {
-			return doc.Diag(ptr, Error, fmt.Sprintf("needs at least %d item(s), got %d", want, got))
+			return doc.Diag(ptr, Error, fmt.Sprintf("needs at least %d item(s), got %d", want, got)).R(RuleRange)
 		}
 	case "":
 		if p.msg == "not allowed" {
-			return doc.DiagKey(ptr, Error, "field not allowed here")
+			return doc.DiagKey(ptr, Error, "field not allowed here").R(RuleUnknownField)
 		}
 	}
 	return doc.Diag(ptr, Error, p.msg)

@@ -190,7 +190,7 @@ func Validate(doc *Doc, id string, ptr string) Diagnostics {
 func ValidateValue(doc *Doc, id string, ptr string, v any) Diagnostics {
 	s, err := Compiled(id)
 	if err != nil {
-		return Diagnostics{doc.Diag(ptr, Error, "internal: "+err.Error())}
+		return Diagnostics{doc.Diag(ptr, Error, "internal: "+err.Error()).R(RuleInternal)}
 	}
 	err = s.Validate(v)
 	if err == nil {
@@ -198,7 +198,7 @@ func ValidateValue(doc *Doc, id string, ptr string, v any) Diagnostics {
 	}
 	ve, ok := err.(*jsonschema.ValidationError)
 	if !ok {
-		return Diagnostics{doc.Diag(ptr, Error, err.Error())}
+		return Diagnostics{doc.Diag(ptr, Error, err.Error()).R(RuleSchema)}
 	}
 	var ds Diagnostics
 	for _, p := range expandUnknown(leaves(ve), doc, ptr) {

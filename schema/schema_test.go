@@ -10,14 +10,14 @@ func TestLoadYAMLRejects(t *testing.T) {
 	tests := []struct {
 		name, src, want string
 	}{
-		{"duplicate key", "a: 1\nb: 2\na: 3\n", "f.yaml:3:1: a: duplicate key \"a\" (first at line 1)"},
-		{"alias", "a: &x 1\nb: *x\n", "f.yaml:1:4: a: YAML anchors are not supported (&x)\nf.yaml:2:4: b: YAML aliases are not supported (*x)"},
-		{"merge", "a: {x: 1}\nb:\n  <<: {y: 2}\n", "f.yaml:3:3: b: merge keys (<<) is not supported"},
-		{"int key", "1: a\n", "f.yaml:1:1: a non-string key is not supported"},
-		{"two docs", "a: 1\n---\nb: 2\n", "f.yaml:2:1: only one YAML document per file is allowed"},
-		{"syntax", "a: [1\n", "f.yaml:1:1: invalid YAML: did not find expected ',' or ']'"},
-		{"nan", "a: .nan\n", "f.yaml:1:4: a: .nan is not a finite number"},
-		{"empty", "", "f.yaml:1:1: empty document"},
+		{"duplicate key", "a: 1\nb: 2\na: 3\n", "f.yaml:3:1: a: duplicate key \"a\" (first at line 1) [yaml/duplicate-key]"},
+		{"alias", "a: &x 1\nb: *x\n", "f.yaml:1:4: a: YAML anchors are not supported (&x) [yaml/anchor]\nf.yaml:2:4: b: YAML aliases are not supported (*x) [yaml/anchor]"},
+		{"merge", "a: {x: 1}\nb:\n  <<: {y: 2}\n", "f.yaml:3:3: b: merge keys (<<) is not supported [yaml/anchor]"},
+		{"int key", "1: a\n", "f.yaml:1:1: a non-string key is not supported [yaml/non-string-key]"},
+		{"two docs", "a: 1\n---\nb: 2\n", "f.yaml:2:1: only one YAML document per file is allowed [yaml/multiple-documents]"},
+		{"syntax", "a: [1\n", "f.yaml:1:1: invalid YAML: did not find expected ',' or ']' [yaml/syntax]"},
+		{"nan", "a: .nan\n", "f.yaml:1:4: a: .nan is not a finite number [yaml/scalar]"},
+		{"empty", "", "f.yaml:1:1: empty document [yaml/syntax]"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -131,20 +131,20 @@ func TestValidate(t *testing.T) {
 	}
 	tests := []struct{ src, want string }{
 		{"name: x\nn: 5.0\nt: 30s\non: true\nmode: a", ""},
-		{"name: x\nn: 4.5", "f.yaml:2:4: n: expected integer, got 4.5"},
-		{"name: x\nn: \"5\"", `f.yaml:2:4: n: expected integer, got "5"`},
-		{"name: x\nn: true", "f.yaml:2:4: n: expected integer, got true"},
-		{"name: x\nn: 1e19", "f.yaml:2:4: n: expected integer, got 1e+19 (out of the 64-bit range)"},
-		{"name: x\nn: 0", "f.yaml:2:4: n: must be >= 1, got 0"},
-		{"name: x\nt: \"30\"", `f.yaml:2:4: t: invalid duration "30" (want a Go duration such as "30s" or "1m30s")`},
-		{"name: x\nt: abc", `f.yaml:2:4: t: invalid duration "abc" (want a Go duration such as "30s" or "1m30s")`},
-		{"name: x\nt: 30", "f.yaml:2:4: t: expected string, got 30"},
-		{"name: x\non: \"true\"", `f.yaml:2:5: on: expected boolean, got "true"`},
-		{"name: x\non: 1", "f.yaml:2:5: on: expected boolean, got 1"},
-		{"name: 42", "f.yaml:1:7: name: expected string, got 42"},
-		{"name: x\nmode: c", `f.yaml:2:7: mode: must be one of "a", "b", got "c"`},
-		{"n: 1", `f.yaml:1:1: missing required field "name"`},
-		{"name: x\nendpoint: y\nport: 1", "f.yaml:2:1: endpoint: unknown field \"endpoint\"\nf.yaml:3:1: port: unknown field \"port\""},
+		{"name: x\nn: 4.5", "f.yaml:2:4: n: expected integer, got 4.5 [schema/wrong-type]"},
+		{"name: x\nn: \"5\"", `f.yaml:2:4: n: expected integer, got "5" [schema/wrong-type]`},
+		{"name: x\nn: true", "f.yaml:2:4: n: expected integer, got true [schema/wrong-type]"},
+		{"name: x\nn: 1e19", "f.yaml:2:4: n: expected integer, got 1e+19 (out of the 64-bit range) [schema/range]"},
+		{"name: x\nn: 0", "f.yaml:2:4: n: must be >= 1, got 0 [schema/range]"},
+		{"name: x\nt: \"30\"", `f.yaml:2:4: t: invalid duration "30" (want a Go duration such as "30s" or "1m30s") [schema/duration]`},
+		{"name: x\nt: abc", `f.yaml:2:4: t: invalid duration "abc" (want a Go duration such as "30s" or "1m30s") [schema/duration]`},
+		{"name: x\nt: 30", "f.yaml:2:4: t: expected string, got 30 [schema/wrong-type]"},
+		{"name: x\non: \"true\"", `f.yaml:2:5: on: expected boolean, got "true" [schema/wrong-type]`},
+		{"name: x\non: 1", "f.yaml:2:5: on: expected boolean, got 1 [schema/wrong-type]"},
+		{"name: 42", "f.yaml:1:7: name: expected string, got 42 [schema/wrong-type]"},
+		{"name: x\nmode: c", `f.yaml:2:7: mode: must be one of "a", "b", got "c" [schema/enum]`},
+		{"n: 1", `f.yaml:1:1: missing required field "name" [schema/missing-field]`},
+		{"name: x\nendpoint: y\nport: 1", "f.yaml:2:1: endpoint: unknown field \"endpoint\" [schema/unknown-field]\nf.yaml:3:1: port: unknown field \"port\" [schema/unknown-field]"},
 	}
 	for _, tc := range tests {
 		d, ds := LoadYAML("f.yaml", []byte(tc.src))

@@ -47,11 +47,11 @@ func TestValidate(t *testing.T) {
 			`several_errors.yaml:4:1: pipline: unknown field "pipline"`,
 			`several_errors.yaml:15:65: nodes[2].needs[0].if: undefined field "shrt" (did you mean "short"?)`}},
 		{"github", []string{"--format", "github", invalid}, 1, []string{
-			`::error file=../../testdata/workflows/invalid/several_errors.yaml,line=4,col=1::pipline: unknown field "pipline"`}},
+			`::error file=../../testdata/workflows/invalid/several_errors.yaml,line=4,col=1,title=schema/unknown-field::pipline: unknown field "pipline"`}},
 		{"json", []string{invalid, "--format=json"}, 1, []string{`"message": "unknown field \"pipline\""`}},
 		{"no files", nil, 2, nil},
 		{"bad format", []string{"--format", "xml", validEPD}, 2, nil},
-		{"missing file", []string{"nope.yaml"}, 1, []string{"nope.yaml: cannot read workflow"}},
+		{"missing file", []string{"nope.yaml"}, 2, []string{"nope.yaml: cannot read workflow"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

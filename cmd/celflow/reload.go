@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"reflect"
 
 	"github.com/sirupsen/logrus"
 
@@ -38,13 +37,14 @@ func load(path string, getenv func(string) string, m *metrics.Metrics, reuse *ge
 	}
 	warn := ds
 	var up *upstream.Client
-	if reuse != nil && reflect.DeepEqual(reuse.cfg.Upstream, cfg.Upstream) {
+	if reuse != nil && sameUpstream(reuse.cfg.Upstream, cfg.Upstream) {
 		up = reuse.up
 	} else {
 		if up, ds = cfg.NewUpstream(); up == nil {
 			return nil, ds
 		}
 		up.OnLeg = m.UpstreamHook()
+		up.SetHealthHook(m.HealthHook())
 	}
 	opts := engine.LoadOptions{Upstream: up, WriteTimeout: cfg.Server.WriteTimeout}
 	var wf *engine.Workflow
@@ -95,6 +95,13 @@ var restartKeys = []struct {
 	{"telemetry.tracing.enabled", func(c *config.Config) string { return fmt.Sprint(c.Telemetry.Tracing.Enabled) }},
 	{"telemetry.tracing.protocol", func(c *config.Config) string { return c.Telemetry.Tracing.Protocol }},
 	{"telemetry.tracing.endpoint", func(c *config.Config) string { return c.Telemetry.Tracing.Endpoint }},
+	{"server.tls (on or off)", func(c *config.Config) string { return fmt.Sprint(c.Server.TLS.Enabled()) }},
+	{"server.tls.self_signed", func(c *config.Config) string { return fmt.Sprint(c.Server.TLS.SelfSigned) }},
+	{"server.tls.reload_interval", func(c *config.Config) string { return c.Server.TLS.ReloadInterval.String() }},
+	{"upstream.tls.reload_interval", func(c *config.Config) string { return c.Upstream.TLS.ReloadInterval.String() }},
+	{"server.metrics_listen", func(c *config.Config) string { return c.Server.MetricsListen }},
+	// The async machinery is built once at start-up (docs/configuration.md#async).
+	{"async", func(c *config.Config) string { return fmt.Sprintf("%+v", c.Async) }},
 	{"server.max_header_bytes", func(c *config.Config) string { return fmt.Sprint(c.Server.MaxHeaderBytes) }},
 	{"server.max_header_count", func(c *config.Config) string { return fmt.Sprint(c.Server.MaxHeaderCount) }},
 }
@@ -108,8 +115,10 @@ type reloader struct {
 	log       *logrus.Logger
 	m         *metrics.Metrics
 	srv       *front.Server
-	boot      *config.Config // what the process started with (restart-only keys)
-	cur       *generation    // what serves now
+	boot      *config.Config    // what the process started with (restart-only keys)
+	cur       *generation       // what serves now
+	tls       *tlsState         // TLS material, reloaded on every SIGHUP
+	onSwap    func(*generation) // called after a successful swap (async gate's upstream view)
 }
 
 // loop reloads on every signal until ctx is done.
@@ -133,6 +142,7 @@ func (r *reloader) loop(ctx context.Context, hup <-chan os.Signal) {
 func (r *reloader) reload() bool {
 	r.log.WithField("config", r.path).Info("config reload: SIGHUP received")
 	g, ds := load(r.path, r.getenv, r.m, r.cur)
+	r.reloadTLS(g)
 	if g == nil {
 		for _, d := range ds.Sort() {
 			e := r.log.WithField("diagnostic", d.String())
@@ -164,8 +174,13 @@ func (r *reloader) reload() bool {
 		}
 	}
 	r.srv.SetLive(g.live())
+	r.srv.SetModels(g.models())
 	old := r.cur
 	r.cur = g
+	r.m.WatchUpstream(g.up)
+	if r.onSwap != nil {
+		r.onSwap(g)
+	}
 	if old.up != g.up {
 		// Legs in flight keep their connections; the pool's idle ones go
 		// now rather than at idle_timeout.

@@ -206,7 +206,8 @@ func TestServeReload(t *testing.T) {
 				if runValidate([]string{"--no-tests", wfPath}, &vout, io.Discard) != 1 {
 					t.Fatal("validate accepts the bad workflow")
 				}
-				want = strings.TrimSpace(vout.String())
+				// The log line is the diagnostic's first line (validate adds the source and a caret).
+				want, _, _ = strings.Cut(vout.String(), "\n")
 			}
 			hup <- syscall.SIGHUP
 			waitMetric(t, addr, reloadsFail, float64(i+1), logs)

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/sirupsen/logrus"
 
+	"github.com/celflow/celflow/engine/config"
 	"github.com/celflow/celflow/engine/front"
 	"github.com/celflow/celflow/engine/metrics"
 	"github.com/celflow/celflow/engine/telemetry"
@@ -54,10 +55,21 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	}
 
 	m := metrics.New()
+	// The async runtime is installed before the workflow loads: the
+	// async-broker node takes it at build time.
+	var as *asyncSetup
+	if c0, _ := config.LoadFile(*cfgPath, getenv); c0 != nil {
+		if as, err = newAsync(c0.Async, m.Registry(), logrus.StandardLogger()); err != nil {
+			fmt.Fprintf(stderr, "celflow serve: %v\n", err)
+			return 1
+		}
+		defer as.close()
+	}
 	g, ds := load(*cfgPath, getenv, m, nil)
 	if g == nil {
 		return refuse(stderr, ds)
 	}
+	m.WatchUpstream(g.up)
 	cfg := g.cfg
 	level, err := logLevel(cfg.Telemetry.LogLevel, *verbosity)
 	if err != nil {
@@ -75,7 +87,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		return 2
 	}
 
-	fmt.Fprint(stderr, ds.String()) // warnings, printed as validate prints them
+	fmt.Fprint(stderr, ds.Pretty()) // warnings, printed as validate prints them
 
 	shutdownTracing, err := telemetry.Setup(ctx, cfg.Telemetry.Tracing)
 	if err != nil {
@@ -90,12 +102,19 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		}
 	}()
 
+	tlsSt, err := newTLSState(cfg, log, m)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: server.tls: %v\n", cfg.File, err)
+		return 1
+	}
+	tlsSt.setUpstream(g.up)
+
 	lv := g.live()
 	// Request ids are minted per request: draw their randomness in batches.
 	// Safe here, before anything serves (the pool is not switched concurrently).
 	uuid.EnableRandPool()
 	s := cfg.Server
-	srv := front.New(front.Options{
+	opts := front.Options{
 		Listen:            s.Listen,
 		Runners:           lv.Runners,
 		Metrics:           m.Handler(),
@@ -108,31 +127,47 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		WriteTimeout:      lv.WriteTimeout,
 		DrainDelay:        lv.DrainDelay,
 		ShutdownTimeout:   lv.ShutdownTimeout,
+		MetricsListen:     s.MetricsListen,
+		Routes:            as.routes(),
 		ClientFields:      lv.ClientFields,
 		Limits:            front.Limits{MaxHeaderBytes: s.MaxHeaderBytes, MaxHeaderCount: s.MaxHeaderCount},
-	})
+	}
+	tlsSt.options(&opts)
+	srv := front.New(opts)
+	srv.SetModels(g.models())
 	log.WithFields(g.fields()).Info("workflow loaded")
 
 	// Reloads run on their own goroutine, one at a time, and stop when the
 	// shutdown starts.
 	rl := &reloader{path: *cfgPath, getenv: getenv, verbosity: *verbosity,
-		formatSet: *logFormat != "", log: log, m: m, srv: srv, boot: cfg, cur: g}
+		formatSet: *logFormat != "", log: log, m: m, srv: srv, boot: cfg, cur: g, tls: tlsSt}
+	if as != nil {
+		as.up.Store(g.up)
+		rl.onSwap = func(ng *generation) { as.up.Store(ng.up) }
+	}
 	reloadCtx, stopReloads := context.WithCancel(ctx)
+	tlsSt.watch(reloadCtx, cfg)
 	reloads := make(chan struct{})
 	go func() {
 		defer close(reloads)
 		rl.loop(reloadCtx, hup)
 	}()
+	dispatched := make(chan struct{})
+	go func() {
+		defer close(dispatched)
+		as.dispatch(ctx, srv, lv.ShutdownTimeout, log)
+	}()
 	code := srv.Run(ctx)
 	stopReloads()
 	<-reloads
+	<-dispatched
 	return code
 }
 
 // refuse prints load diagnostics exactly as `celflow validate` does, and
 // fails (ACCEPTANCE 31).
 func refuse(stderr io.Writer, ds schema.Diagnostics) int {
-	fmt.Fprint(stderr, ds.Sort().String())
+	fmt.Fprint(stderr, ds.Sort().Pretty())
 	return 1
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -49,6 +50,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.KVLease, "kv-lease", 30*time.Second, "how long produced KV stays pullable")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "host:port peers reach this worker on (default: the address each request arrived at)")
 	keepAlive := fs.Duration("keep-alive", sim.DefaultKeepAlive, "idle keep-alive of client connections (uvicorn's is 5s)")
+	tf := tlsFlags(fs)
 	var faults faultFlag
 	fs.Var(&faults, "fault", "inject a fault: [role:]action[,action...] (repeatable; see docs/simulator.md)")
 	if err := fs.Parse(args); err != nil {
@@ -69,7 +71,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "celflow sim: %v\n", err)
 		return 2
 	}
-	return serveSim(ctx, "celflow sim", *listen, w, *keepAlive, stdout, stderr)
+	return serveSim(ctx, "celflow sim", *listen, w, *keepAlive, tf, stdout, stderr)
 }
 
 func runSimGateway(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -86,6 +88,8 @@ func runSimGateway(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.IntVar(&cfg.RecordLimit, "records", 1024, "request records kept")
 	fs.IntVar(&cfg.RecordBodyLimit, "record-body-limit", 1<<20, "bytes of each body kept in a record")
 	keepAlive := fs.Duration("keep-alive", 60*time.Second, "idle keep-alive of client connections")
+	tf := tlsFlags(fs)
+	upstreamCA := fs.String("upstream-ca", "", "PEM bundle verifying https:// pool members (default: the system roots)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage(err)
 	}
@@ -94,16 +98,29 @@ func runSimGateway(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return 2
 	}
 	cfg.Encode, cfg.Prefill, cfg.Decode = splitList(*encode), splitList(*prefill), splitList(*decode)
+	if *upstreamCA != "" {
+		pool, err := caPool(*upstreamCA)
+		if err != nil {
+			fmt.Fprintf(stderr, "celflow sim gateway: --upstream-ca: %v\n", err)
+			return 2
+		}
+		cfg.UpstreamTLS = &tls.Config{RootCAs: pool}
+	}
 	g, err := sim.NewGateway(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "celflow sim gateway: %v\n", err)
 		return 2
 	}
-	return serveSim(ctx, "celflow sim gateway", *listen, g, *keepAlive, stdout, stderr)
+	return serveSim(ctx, "celflow sim gateway", *listen, g, *keepAlive, tf, stdout, stderr)
 }
 
-func serveSim(ctx context.Context, name, listen string, h http.Handler, keepAlive time.Duration, stdout, stderr io.Writer) int {
-	if err := sim.Serve(ctx, listen, h, stdout, keepAlive); err != nil {
+func serveSim(ctx context.Context, name, listen string, h http.Handler, keepAlive time.Duration, tf *simTLS, stdout, stderr io.Writer) int {
+	conf, err := tf.config()
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	if err := sim.ServeTLS(ctx, listen, h, stdout, keepAlive, conf); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1
 	}

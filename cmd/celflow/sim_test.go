@@ -32,7 +32,7 @@ func runSimAsync(t *testing.T, args ...string) (string, func() int) {
 	select {
 	case line := <-lines:
 		u, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
-		if !ok || !strings.HasPrefix(u, "http://127.0.0.1:") {
+		if !ok || !strings.HasPrefix(u, "http://127.0.0.1:") && !strings.HasPrefix(u, "https://127.0.0.1:") {
 			cancel()
 			t.Fatalf("first line %q (stderr %q)", line, stderr.String())
 		}

@@ -2,42 +2,77 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strings"
 
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/schema"
 )
 
-// cmdValidate: `celflow validate [--format text|json|github] FILE...`.
-// Exit 0 when every file is valid and its tests pass, 1 otherwise, 2 on usage errors.
+const validateUsage = `usage: celflow validate [flags] FILE|DIR|- ...
+
+Checks workflows with the same load path as serve, then runs their tests:
+blocks. A directory is walked for *.yaml and *.yml files; - reads stdin.
+
+Exit status: 0 every file valid (warnings allowed unless --strict), 1 some
+file invalid or a test failed, 2 usage error or unreadable input.
+
+Flags:
+`
+
+// cmdValidate: `celflow validate [--format text|json|github|sarif] [--strict] FILE|DIR|-...`.
 func cmdValidate(args []string) int { return runValidate(args, os.Stdout, os.Stderr) }
 
 func runValidate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("celflow validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	format := fs.String("format", "text", "output format: text, json or github (workflow commands for GitHub Actions)")
-	noTests := fs.Bool("no-tests", false, "do not run the files' tests: blocks")
-	files, err := parseInterspersed(fs, args)
+	return runValidateIO(args, os.Stdin, stdout, stderr)
+}
+
+func runValidateIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fset := flag.NewFlagSet("celflow validate", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	format := fset.String("format", "text", "output format: text (with source lines and carets), json, github (workflow commands for GitHub Actions) or sarif (SARIF 2.1.0 for code scanning)")
+	noTests := fset.Bool("no-tests", false, "do not run the files' tests: blocks")
+	strict := fset.Bool("strict", false, "fail (exit 1) on warnings too")
+	fset.Usage = func() {
+		fmt.Fprint(fset.Output(), validateUsage)
+		fset.PrintDefaults()
+	}
+	args, err := parseInterspersed(fset, args)
+	if errors.Is(err, flag.ErrHelp) {
+		fset.SetOutput(stdout)
+		fset.Usage()
+		return 0
+	}
 	if err != nil {
 		return 2
 	}
-	if len(files) == 0 {
-		fmt.Fprintln(stderr, "usage: celflow validate [--format text|json|github] FILE...")
+	if len(args) == 0 {
+		fset.Usage()
 		return 2
 	}
-	if *format != "text" && *format != "json" && *format != "github" {
-		fmt.Fprintf(stderr, "celflow validate: unknown --format %q (text, json, github)\n", *format)
+	if !slices.Contains([]string{"text", "json", "github", "sarif"}, *format) {
+		fmt.Fprintf(stderr, "celflow validate: unknown --format %q (text, json, github, sarif)\n", *format)
 		return 2
 	}
-	var all schema.Diagnostics
+	files, unreadable := expandInputs(args)
+	all := unreadable
 	for _, f := range files {
-		ds, summary := validateFile(f, !*noTests)
+		ds, summary := validateInput(f, stdin, !*noTests)
 		all = append(all, ds...)
-		if *format == "text" && !ds.HasErrors() {
-			fmt.Fprintf(stdout, "%s: ok (%s)\n", f, summary)
+		if *format == "text" && !failed(ds, *strict) {
+			name := f
+			if f == "-" {
+				name = "<stdin>"
+			}
+			fmt.Fprintf(stdout, "%s: ok (%s)\n", name, summary)
 		}
 	}
 	switch *format {
@@ -45,24 +80,92 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, string(all.JSON()))
 	case "github":
 		fmt.Fprint(stdout, all.GitHub())
+	case "sarif":
+		fmt.Fprintln(stdout, string(all.SARIF(buildVersion())))
 	default:
-		fmt.Fprint(stdout, all.String())
+		fmt.Fprint(stdout, all.Pretty())
 	}
-	if all.HasErrors() {
+	switch {
+	case len(unreadable) > 0 || slices.ContainsFunc(all, func(d schema.Diagnostic) bool { return d.Rule == schema.RuleInput }):
+		return 2
+	case failed(all, *strict):
 		return 1
 	}
 	return 0
 }
 
-// validateFile runs the same load path as `serve` (without an upstream
-// client), then the file's tests: block.
-func validateFile(path string, tests bool) (schema.Diagnostics, string) {
-	w, ds := engine.LoadFile(path, engine.LoadOptions{})
+func failed(ds schema.Diagnostics, strict bool) bool {
+	return ds.HasErrors() || (strict && ds.HasWarnings())
+}
+
+// expandInputs turns the arguments into files: a directory becomes its
+// *.yaml and *.yml files (recursively, sorted), "-" stays stdin. Paths that
+// cannot be read are returned as input/unreadable diagnostics.
+func expandInputs(args []string) ([]string, schema.Diagnostics) {
+	var files []string
+	var ds schema.Diagnostics
+	for _, a := range args {
+		if a == "-" {
+			files = append(files, a)
+			continue
+		}
+		st, err := os.Stat(a)
+		if err != nil || !st.IsDir() {
+			files = append(files, a) // LoadFile reports a missing file
+			continue
+		}
+		n := 0
+		err = filepath.WalkDir(a, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				ds = append(ds, schema.Diagnostic{File: p, Msg: "cannot read: " + err.Error(), Rule: schema.RuleInput})
+				return nil
+			}
+			if !d.IsDir() && (strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, ".yml")) {
+				files = append(files, p)
+				n++
+			}
+			return nil
+		})
+		if err == nil && n == 0 && len(ds) == 0 {
+			ds = append(ds, schema.Diagnostic{File: a, Msg: "no *.yaml or *.yml files in the directory", Rule: schema.RuleInput})
+		}
+	}
+	return files, ds
+}
+
+// validateInput runs the same load path as `serve` (without an upstream
+// client), then the file's tests: block. "-" reads stdin, named <stdin>.
+func validateInput(path string, stdin io.Reader, tests bool) (schema.Diagnostics, string) {
+	name, data, err := path, []byte(nil), error(nil)
+	if path == "-" {
+		name = "<stdin>"
+		data, err = io.ReadAll(stdin)
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		// The same text as the serve path's LoadFile.
+		return schema.Diagnostics{{File: name, Msg: "cannot read workflow: " + err.Error(), Rule: schema.RuleInput}}, ""
+	}
+	w, ds := engine.Load(name, data, engine.LoadOptions{})
 	if w == nil {
 		return ds, ""
 	}
 	if tests {
-		ds = append(ds, w.RunTests(context.Background())...)
+		ds = append(ds, w.RunTests(context.Background()).WithSource(name, data)...)
 	}
-	return ds, fmt.Sprintf("%d nodes, %d tests", len(w.Nodes()), w.TestCount())
+	summary := fmt.Sprintf("%d nodes, %d tests", len(w.Nodes()), w.TestCount())
+	if n := len(ds); n > 0 {
+		summary += fmt.Sprintf(", %d warning(s)", n)
+	}
+	return ds, summary
+}
+
+// buildVersion is the module version celflow was built from ("dev" for a
+// source build), reported in SARIF's tool.driver.version.
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
 }

@@ -10,12 +10,15 @@ package celenv
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/ext"
 )
@@ -53,6 +56,8 @@ func base() (*cel.Env, error) {
 			cel.Variable("request", types.NewObjectType(RequestType)),
 			cel.Variable("media", types.NewListType(types.NewObjectType(MediaType))),
 			cel.Variable("tokens", types.NewObjectType(TokensType)),
+			// request.headers[?"x-tenant"].orValue(""): a lookup that cannot fail.
+			cel.OptionalTypes(),
 		)
 	})
 	return baseEnv, baseErr
@@ -67,21 +72,86 @@ type Env struct {
 	config      *Config
 	fieldNames  []string // every field name of every type, for hints
 	nodeIndex   map[string]int
+	decls       []NodeDecl
+	outputsOf   map[string][]string // node id → declared output names
 }
 
-// NewEnv builds a workflow environment. vars holds the workflow's vars as
-// decoded JSON (json.Number for numbers); names must be CEL identifiers.
+// NodeDecl is one node as the environment sees it: its id and the outputs
+// its type declares (readable, typed, as nodes.<id>.outputs.<name>).
+type NodeDecl struct {
+	ID      string
+	Type    string // the node type, for messages
+	Outputs []Output
+}
+
+// Output is one declared output of a node type. Type is a CEL type name:
+// bool, int, double, string, duration or dyn.
+type Output struct {
+	Name, Type string
+}
+
+var outputTypes = map[string]*types.Type{
+	"bool": types.BoolType, "int": types.IntType, "double": types.DoubleType,
+	"string": types.StringType, "duration": types.DurationType, "dyn": types.DynType,
+}
+
+// outputZero is what an output reads as when the node did not produce it
+// (it did not run, failed, or the type omits it on this path).
+var outputZero = map[string]any{
+	"bool": false, "int": int64(0), "double": 0.0, "string": "", "duration": time.Duration(0), "dyn": nil,
+}
+
+// NewEnv builds a workflow environment for nodes without declared outputs
+// (tests and tools); see NewEnvNodes.
 func NewEnv(nodeIDs []string, vars map[string]any) (*Env, error) {
+	ds := make([]NodeDecl, len(nodeIDs))
+	for i, id := range nodeIDs {
+		ds[i].ID = id
+	}
+	return NewEnvNodes(ds, vars)
+}
+
+// NewEnvNodes builds a workflow environment. vars holds the workflow's vars
+// as decoded JSON (json.Number for numbers); names must be CEL identifiers.
+// Each node gets its own state type (celflow.NodeState.<id>) whose outputs
+// field is an object with the node's declared outputs, so
+// nodes.render.outputs.token_count is a load error when render declares no
+// such output.
+func NewEnvNodes(decls []NodeDecl, vars map[string]any) (*Env, error) {
 	b, err := base()
 	if err != nil {
 		return nil, err
 	}
-	nodes := make([]field, len(nodeIDs))
-	idx := make(map[string]int, len(nodeIDs))
-	for i, id := range nodeIDs {
+	nodes := make([]field, len(decls))
+	idx := make(map[string]int, len(decls))
+	extra := map[string]*structDecl{}
+	outputsOf := map[string][]string{}
+	for i, nd := range decls {
 		i := i
-		idx[id] = i
-		nodes[i] = field{id, types.NewObjectType(NodeStateType), func(v any) any { return &v.(*Nodes).States[i] }}
+		idx[nd.ID] = i
+		outName := OutputsType + "." + nd.ID
+		stName := NodeStateType + "." + nd.ID
+		var ofs []field
+		for _, o := range nd.Outputs {
+			t, ok := outputTypes[o.Type]
+			if !ok {
+				return nil, fmt.Errorf("node %s: output %s has unknown type %q", nd.ID, o.Name, o.Type)
+			}
+			name, zero := o.Name, outputZero[o.Type]
+			ofs = append(ofs, field{name: name, typ: t,
+				get: func(v any) any {
+					if x, ok := v.(*nodeOutputs).Outputs[name]; ok {
+						return x
+					}
+					return zero
+				},
+				isSet: func(v any) bool { _, ok := v.(*nodeOutputs).Outputs[name]; return ok }})
+			outputsOf[nd.ID] = append(outputsOf[nd.ID], o.Name)
+		}
+		extra[outName] = newDecl(outName, ofs)
+		extra[stName] = newDecl(stName, nodeStateFields(types.NewObjectType(outName),
+			func(v any) any { return (*nodeOutputs)(v.(*NodeState)) }))
+		nodes[i] = field{name: nd.ID, typ: types.NewObjectType(stName), get: func(v any) any { return &v.(*Nodes).States[i] }}
 	}
 	names := make([]string, 0, len(vars))
 	for k := range vars {
@@ -94,12 +164,11 @@ func NewEnv(nodeIDs []string, vars map[string]any) (*Env, error) {
 		i := i
 		v, t := nativeVar(vars[k])
 		cfg.Values[i] = v
-		cfgFields[i] = field{k, t, func(c any) any { return c.(*Config).Values[i] }}
+		cfgFields[i] = field{name: k, typ: t, get: func(c any) any { return c.(*Config).Values[i] }}
 	}
-	p, err := newProvider(map[string]*structDecl{
-		NodesType:  newDecl(NodesType, nodes),
-		ConfigType: newDecl(ConfigType, cfgFields),
-	})
+	extra[NodesType] = newDecl(NodesType, nodes)
+	extra[ConfigType] = newDecl(ConfigType, cfgFields)
+	p, err := newProvider(extra)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +199,7 @@ func NewEnv(nodeIDs []string, vars map[string]any) (*Env, error) {
 		}
 	}
 	sort.Strings(fields)
-	return &Env{guard: g, edge: e, prov: p, config: cfg, fieldNames: fields, nodeIndex: idx}, nil
+	return &Env{guard: g, edge: e, prov: p, config: cfg, fieldNames: fields, nodeIndex: idx, decls: decls, outputsOf: outputsOf}, nil
 }
 
 // nativeVar converts a JSON var to the Go value CEL reads and its CEL type:
@@ -183,6 +252,8 @@ func (k Kind) String() string {
 type Issue struct {
 	Line, Col int
 	Msg       string
+	Rule      string // the rule id (engine.RuleCEL*), e.g. "cel/syntax"
+	Hint      string // a fix, when one is known
 }
 
 // Compile parses, type-checks and plans src. It never returns a nil Expr
@@ -193,32 +264,87 @@ func (e *Env) Compile(src string, kind Kind) (*Expr, []Issue) {
 		env = e.edge
 	}
 	compiles.Add(1)
-	ast, iss := env.Compile(src)
+	parsed, iss := env.Parse(src)
 	if iss != nil && iss.Err() != nil {
-		var out []Issue
-		for _, er := range iss.Errors() {
-			out = append(out, Issue{Line: er.Location.Line(), Col: er.Location.Column(), Msg: e.improve(er.Message, kind)})
-		}
-		return nil, out
+		return nil, e.issues(iss.Errors(), kind, nil)
+	}
+	pre := e.lintOutputs(parsed.NativeRep().Expr(), parsed.NativeRep().SourceInfo())
+	ast, iss := env.Check(parsed)
+	if iss != nil && iss.Err() != nil {
+		return nil, e.issues(iss.Errors(), kind, pre)
+	}
+	if len(pre) > 0 {
+		return nil, pre
 	}
 	t := ast.OutputType()
-	switch kind {
-	case ForEach:
-		if t.Kind() != types.ListKind && t.Kind() != types.DynKind {
-			return nil, []Issue{{Line: 1, Col: 0, Msg: fmt.Sprintf("a foreach list must be a list, got %s", typeName(t))}}
+	switch {
+	case t.Kind() == types.DynKind:
+		want := "a bool"
+		if kind == ForEach {
+			want = "a list"
+		}
+		return nil, []Issue{{Line: 1, Col: 0, Rule: "cel/dyn-result",
+			Msg:  fmt.Sprintf("%s must be %s, but its type is only known at run time (dyn)", withArticle(kind.String()), want),
+			Hint: "compare or convert the value so its type is known at load (x == \"...\", bool(x), size(x) > 0)"}}
+	case kind == ForEach:
+		if t.Kind() != types.ListKind {
+			return nil, []Issue{{Line: 1, Col: 0, Msg: fmt.Sprintf("a foreach list must be a list, got %s", typeName(t)), Rule: "cel/result-type"}}
 		}
 	default:
-		if t.Kind() != types.BoolKind && t.Kind() != types.DynKind {
-			return nil, []Issue{{Line: 1, Col: 0, Msg: fmt.Sprintf("%s must be a bool expression, got %s", withArticle(kind.String()), typeName(t))}}
+		if t.Kind() != types.BoolKind {
+			return nil, []Issue{{Line: 1, Col: 0, Msg: fmt.Sprintf("%s must be a bool expression, got %s", withArticle(kind.String()), typeName(t)), Rule: "cel/result-type"}}
 		}
 	}
-	prg, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
-	if err != nil {
-		return nil, []Issue{{Line: 1, Col: 0, Msg: err.Error()}}
+	lints, cmps := e.lint(ast.NativeRep())
+	if len(lints) > 0 {
+		return nil, lints
 	}
-	x := &Expr{Src: src, Kind: kind, prog: prg}
+	est, err := env.EstimateCost(ast, sizeEstimator{})
+	if err != nil {
+		return nil, []Issue{{Line: 1, Col: 0, Msg: "cost estimate: " + err.Error(), Rule: "internal/error"}}
+	}
+	if est.Max > CostLimit {
+		return nil, []Issue{costIssue(est.Max)}
+	}
+	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
+	limited := est.Max > RuntimeLimitAbove || iterates(ast.NativeRep().Expr())
+	if limited {
+		opts = append(opts, cel.CostLimit(CostLimit))
+	}
+	prg, err := env.Program(ast, opts...)
+	if err != nil {
+		return nil, []Issue{{Line: 1, Col: 0, Msg: err.Error(), Rule: "internal/error"}}
+	}
+	x := &Expr{Src: src, Kind: kind, prog: prg, StatusCompares: cmps, CostMax: est.Max, CostLimited: limited}
 	x.analyze(ast, e.nodeIndex)
 	return x, nil
+}
+
+// ruleOf classifies a cel-go checker or parser message.
+func ruleOf(msg string) string {
+	switch {
+	case strings.Contains(msg, "undeclared reference"):
+		return "cel/undeclared-reference"
+	case strings.Contains(msg, "undefined field"):
+		return "cel/undefined-field"
+	case strings.HasPrefix(msg, "Syntax error") || strings.Contains(msg, "mismatched input") || strings.Contains(msg, "token recognition"):
+		return "cel/syntax"
+	}
+	return "cel/type-mismatch"
+}
+
+// issues converts cel-go errors, skipping those at a place pre already
+// reports better.
+func (e *Env) issues(errs []*common.Error, kind Kind, pre []Issue) []Issue {
+	out := pre
+	for _, er := range errs {
+		line, col := er.Location.Line(), er.Location.Column()
+		if slices.ContainsFunc(pre, func(p Issue) bool { return p.Line == line && p.Col == col }) {
+			continue
+		}
+		out = append(out, Issue{Line: line, Col: col, Msg: e.improve(er.Message, kind), Rule: ruleOf(er.Message)})
+	}
+	return out
 }
 
 func typeName(t *types.Type) string {
@@ -277,6 +403,13 @@ func closest(name string, cands []string) string {
 	for _, c := range cands {
 		if d := Distance(name, c); d <= limit && d < bestD {
 			best, bestD = c, d
+		}
+	}
+	if best == "" && len(name) >= 4 {
+		for _, c := range cands { // "failure" → "failed": same stem
+			if strings.HasPrefix(c, name[:4]) {
+				return c
+			}
 		}
 	}
 	return best

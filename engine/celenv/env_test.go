@@ -16,6 +16,7 @@ func testEnv(t *testing.T) *Env {
 	t.Helper()
 	e, err := NewEnv([]string{"fetch", "try_decode", "decode"}, map[string]any{
 		"short_prompt": json.Number("64"), "ratio": json.Number("0.5"), "name": "x", "on": true,
+		"tiers": map[string]any{"gold": "g"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +48,26 @@ func TestCompileErrors(t *testing.T) {
 		{"unknown node", `nodes.nope.status == "succeeded"`, Guard, `undefined field "nope"`, 5},
 		{"config typed", `tokens.count <= config.short_prompt && config.ratio < 1.0 && config.on`, Guard, "", 0},
 		{"config type error", `config.name > 3`, Guard, "no matching overload", 12},
-		{"headers", `response.headers["x-hint"] == "a"`, Edge, "", 0},
+		{"headers", `"x-hint" in response.headers && response.headers["x-hint"] == "a"`, Edge, "", 0},
+		// Issue 13: header access that cannot blow up.
+		{"header lookup", `request.format == "chat" && request.headers["x-tenant"] == "gold"`, Guard,
+			`request.headers["x-tenant"] fails the request (500) when the header is absent`, 43},
+		{"header select", `request.headers.tenant == "gold"`, Guard, `request.headers["tenant"] fails the request`, 15},
+		{"header ternary", `has(request.headers.tenant) ? request.headers.tenant == "g" : false`, Guard, "", 0},
+		{"header guarded both sides", `"a" in request.headers && "b" in request.headers && request.headers["a"] == request.headers["b"]`, Guard, "", 0},
+		{"header guard on the wrong side", `request.headers["a"] == "x" && "a" in request.headers`, Guard, "fails the request", 15},
+		{"header computed key", `request.headers[request.model] == "x"`, Guard, "computed key", 15},
+		{"header iteration", `request.headers.exists(k, k.startsWith("x-") && request.headers[k] == "1")`, Guard, "", 0},
+		{"header optional", `request.headers[?"x-tenant"].orValue("") == "gold"`, Guard, "", 0},
+		{"header capitals", `request.headers[?"X-Tenant"].orValue("") == "gold"`, Guard, `header name "X-Tenant" has capitals`, 17},
+		{"header capitals in", `"X-Tenant" in request.headers`, Guard, `header name "X-Tenant" has capitals`, 0},
+		{"outcome word", `outcome.status == "failure"`, Edge, `"failure" is not an outcome status (did you mean "failed"?); the outcome words are pending`, 18},
+		{"outcome word in list", `nodes.fetch.status in ["succeeded", "skiped"]`, Guard, `"skiped" is not an outcome status (did you mean "skipped"?)`, 36},
+		{"http status", `response.status == 999`, Edge, "999 is not an HTTP status", 19},
+		{"http status reversed", `42 < nodes.try_decode.response.status`, Guard, "42 is not an HTTP status", 0},
+		{"http status 0", `response.status == 0`, Edge, "", 0},
+		{"no outputs", `nodes.fetch.outputs.token_count > 1024`, Guard, `node "fetch" (type ) has no output "token_count"; its type declares no outputs`, 19},
+		{"dyn guard", `config.tiers["gold"]`, Guard, "must be a bool, but its type is only known at run time (dyn)", 0},
 		{"duration", `nodes.fetch.duration < duration("1s")`, Guard, "", 0},
 	}
 	for _, tc := range tests {
@@ -86,14 +106,15 @@ func TestEval(t *testing.T) {
 		kind Kind
 		want bool
 	}{
-		{`request.format == "chat" && request.headers["x-tenant"] == "a"`, Guard, true},
+		{`request.format == "chat" && request.headers[?"x-tenant"].orValue("") == "a"`, Guard, true},
+		{`request.headers[?"x-absent"].orValue("") == ""`, Guard, true},
+		{`"x-tenant" in request.headers && request.headers["x-tenant"] == "a"`, Guard, true},
 		{`tokens.known && tokens.count <= config.short_prompt`, Guard, true},
 		{`media.exists(m, m.modality == "audio")`, Guard, true},
 		{`media.size() == 2 && media[0].type == "image/png"`, Guard, true},
 		{`nodes.try_decode.response.status == 412 && nodes.try_decode.duration > duration("1s")`, Guard, true},
-		{`response.status == 412 && outcome.status == "failed" && response.headers["x-hint"] == "p1"`, Edge, true},
+		{`response.status == 412 && outcome.status == "failed" && response.headers[?"x-hint"].orValue("") == "p1"`, Edge, true},
 		{`nodes.decode.status == "succeeded"`, Guard, false},
-		{`nodes.decode.outputs.size() == 0`, Guard, true},
 	}
 	for _, tc := range tests {
 		x, iss := e.Compile(tc.src, tc.kind)
@@ -106,7 +127,7 @@ func TestEval(t *testing.T) {
 		}
 	}
 	// ACCEPTANCE 49: a missing key is an evaluation error, not false.
-	x, _ := e.Compile(`request.headers["missing"] == "a"`, Guard)
+	x, _ := e.Compile(`config.tiers["missing"] == "a"`, Guard)
 	if _, err := x.Bool(a); err == nil {
 		t.Fatal("missing key evaluated without error")
 	}

@@ -2,6 +2,7 @@ package celenv
 
 import (
 	"fmt"
+	"strings"
 
 	"cel.dev/cel-go/cel"
 	celast "cel.dev/cel-go/common/ast"
@@ -25,6 +26,13 @@ type Expr struct {
 	ReadsMedia, ReadsTokens bool
 	// Const is set when the expression is a bool literal.
 	Const *bool
+	// StatusCompares lists the comparisons of a response.status with an
+	// int literal (for the engine's "a status the node never produces").
+	StatusCompares []StatusCompare
+	// CostMax is the load-time worst-case cost estimate; CostLimited says
+	// the program also stops at run time past CostLimit (cost.go).
+	CostMax     uint64
+	CostLimited bool
 
 	root celast.Expr
 }
@@ -78,7 +86,7 @@ func (x *Expr) analyze(a *cel.Ast, nodeIndex map[string]int) {
 func (x *Expr) Bool(a *Activation) (bool, error) {
 	v, _, err := x.prog.Eval(a)
 	if err != nil {
-		return false, err
+		return false, x.costErr(err)
 	}
 	b, ok := v.(types.Bool)
 	if !ok {
@@ -91,13 +99,21 @@ func (x *Expr) Bool(a *Activation) (bool, error) {
 func (x *Expr) List(a *Activation) (traits.Lister, error) {
 	v, _, err := x.prog.Eval(a)
 	if err != nil {
-		return nil, err
+		return nil, x.costErr(err)
 	}
 	l, ok := v.(traits.Lister)
 	if !ok {
 		return nil, fmt.Errorf("foreach %q evaluated to %s, not a list", x.Src, v.Type().TypeName())
 	}
 	return l, nil
+}
+
+// costErr names the limit when an evaluation stopped on it.
+func (x *Expr) costErr(err error) error {
+	if x.CostLimited && strings.Contains(err.Error(), "cost limit exceeded") {
+		return fmt.Errorf("%s %q exceeded the CEL cost limit of %d: %w", x.Kind, x.Src, CostLimit, err)
+	}
+	return err
 }
 
 // Tri is a three-valued truth.

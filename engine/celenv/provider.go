@@ -18,14 +18,21 @@ const (
 	NodeStateType = "celflow.NodeState"
 	NodesType     = "celflow.Nodes"
 	ConfigType    = "celflow.Config"
+	// OutputsType prefixes each node's outputs type (celflow.Outputs.<id>).
+	OutputsType = "celflow.Outputs"
 )
+
+// nodeOutputs is a NodeState seen as its node's outputs object: the same
+// memory, a distinct Go type so the provider can tell the two apart.
+type nodeOutputs NodeState
 
 // field is one field of an object type: its CEL type and a getter over the
 // Go value (always a pointer to one of the structs in values.go).
 type field struct {
-	name string
-	typ  *types.Type
-	get  func(any) any
+	name  string
+	typ   *types.Type
+	get   func(any) any
+	isSet func(any) bool // nil: always set
 }
 
 type structDecl struct {
@@ -37,11 +44,14 @@ type structDecl struct {
 func newDecl(name string, fs []field) *structDecl {
 	d := &structDecl{typ: types.NewObjectType(name), fields: map[string]*types.FieldType{}}
 	for _, f := range fs {
-		get := f.get
+		get, isSet := f.get, f.isSet
+		if isSet == nil {
+			isSet = func(any) bool { return true }
+		}
 		d.names = append(d.names, f.name)
 		d.fields[f.name] = &types.FieldType{
 			Type:    f.typ,
-			IsSet:   func(any) bool { return true },
+			IsSet:   isSet,
 			GetFrom: func(v any) (any, error) { return get(v), nil },
 		}
 	}
@@ -55,42 +65,48 @@ var (
 
 var baseDecls = map[string]*structDecl{
 	RequestType: newDecl(RequestType, []field{
-		{"id", types.StringType, func(v any) any { r := v.(*Request); return r.str(0, r.ID) }},
-		{"format", types.StringType, func(v any) any { r := v.(*Request); return r.str(1, r.Format) }},
-		{"path", types.StringType, func(v any) any { r := v.(*Request); return r.str(2, r.Path) }},
-		{"model", types.StringType, func(v any) any { r := v.(*Request); return r.str(3, r.Model) }},
-		{"stream", types.BoolType, func(v any) any { return v.(*Request).Stream }},
-		{"headers", strStrMap, func(v any) any { return v.(*Request).Headers() }},
+		{name: "id", typ: types.StringType, get: func(v any) any { r := v.(*Request); return r.str(0, r.ID) }},
+		{name: "format", typ: types.StringType, get: func(v any) any { r := v.(*Request); return r.str(1, r.Format) }},
+		{name: "path", typ: types.StringType, get: func(v any) any { r := v.(*Request); return r.str(2, r.Path) }},
+		{name: "model", typ: types.StringType, get: func(v any) any { r := v.(*Request); return r.str(3, r.Model) }},
+		{name: "stream", typ: types.BoolType, get: func(v any) any { return v.(*Request).Stream }},
+		{name: "headers", typ: strStrMap, get: func(v any) any { return v.(*Request).Headers() }},
 	}),
 	MediaType: newDecl(MediaType, []field{
-		{"index", types.IntType, func(v any) any { return intVal(v.(*Media).Index) }},
-		{"modality", types.StringType, func(v any) any { return v.(*Media).Modality }},
-		{"type", types.StringType, func(v any) any { return v.(*Media).Type }},
-		{"size", types.IntType, func(v any) any { return v.(*Media).Size }},
-		{"remote", types.BoolType, func(v any) any { return v.(*Media).Remote }},
-		{"hash", types.StringType, func(v any) any { return v.(*Media).Hash }},
+		{name: "index", typ: types.IntType, get: func(v any) any { return intVal(v.(*Media).Index) }},
+		{name: "modality", typ: types.StringType, get: func(v any) any { return v.(*Media).Modality }},
+		{name: "type", typ: types.StringType, get: func(v any) any { return v.(*Media).Type }},
+		{name: "size", typ: types.IntType, get: func(v any) any { return v.(*Media).Size }},
+		{name: "remote", typ: types.BoolType, get: func(v any) any { return v.(*Media).Remote }},
+		{name: "hash", typ: types.StringType, get: func(v any) any { return v.(*Media).Hash }},
 	}),
 	TokensType: newDecl(TokensType, []field{
-		{"known", types.BoolType, func(v any) any { return v.(*Tokens).Known }},
-		{"count", types.IntType, func(v any) any { return intVal(v.(*Tokens).Count) }},
+		{name: "known", typ: types.BoolType, get: func(v any) any { return v.(*Tokens).Known }},
+		{name: "count", typ: types.IntType, get: func(v any) any { return intVal(v.(*Tokens).Count) }},
 	}),
 	ResponseType: newDecl(ResponseType, []field{
-		{"status", types.IntType, func(v any) any { return intVal(v.(*Response).Status) }},
-		{"headers", strStrMap, func(v any) any { return v.(*Response).Headers() }},
+		{name: "status", typ: types.IntType, get: func(v any) any { return intVal(v.(*Response).Status) }},
+		{name: "headers", typ: strStrMap, get: func(v any) any { return v.(*Response).Headers() }},
 	}),
-	NodeStateType: newDecl(NodeStateType, []field{
-		{"status", types.StringType, func(v any) any { return strVal(v.(*NodeState).Status) }},
-		{"reason", types.StringType, func(v any) any { return v.(*NodeState).Reason }},
-		{"response", types.NewObjectType(ResponseType), func(v any) any { return &v.(*NodeState).Response }},
-		{"duration", types.DurationType, func(v any) any { return v.(*NodeState).Duration }},
-		{"attempt", types.IntType, func(v any) any { return intVal(v.(*NodeState).Attempt) }},
-		{"outputs", types.NewMapType(types.StringType, types.DynType), func(v any) any {
-			if o := v.(*NodeState).Outputs; o != nil {
-				return o
-			}
-			return emptyOutput
-		}},
-	}),
+	// outcome's type: the predecessor's outputs are untyped there.
+	NodeStateType: newDecl(NodeStateType, nodeStateFields(types.NewMapType(types.StringType, types.DynType), func(v any) any {
+		if o := v.(*NodeState).Outputs; o != nil {
+			return o
+		}
+		return emptyOutput
+	})),
+}
+
+// nodeStateFields are NodeState's fields with outputs of the given type.
+func nodeStateFields(outputs *types.Type, getOutputs func(any) any) []field {
+	return []field{
+		{name: "status", typ: types.StringType, get: func(v any) any { return strVal(v.(*NodeState).Status) }},
+		{name: "reason", typ: types.StringType, get: func(v any) any { return v.(*NodeState).Reason }},
+		{name: "response", typ: types.NewObjectType(ResponseType), get: func(v any) any { return &v.(*NodeState).Response }},
+		{name: "duration", typ: types.DurationType, get: func(v any) any { return v.(*NodeState).Duration }},
+		{name: "attempt", typ: types.IntType, get: func(v any) any { return intVal(v.(*NodeState).Attempt) }},
+		{name: "outputs", typ: outputs, get: getOutputs},
+	}
 }
 
 // provider serves celflow's object types on top of cel-go's registry. One
@@ -164,6 +180,12 @@ func (p *provider) NativeToValue(v any) ref.Val {
 		name = NodesType
 	case *Config:
 		name = ConfigType
+	case *nodeOutputs:
+		// A whole outputs object (`"x" in nodes.a.outputs`) is its map.
+		if o := v.(*nodeOutputs).Outputs; o != nil {
+			return p.Registry.NativeToValue(o)
+		}
+		return p.Registry.NativeToValue(emptyOutput)
 	default:
 		return p.Registry.NativeToValue(v)
 	}

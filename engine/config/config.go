@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/celflow/celflow/engine/telemetry"
+	"github.com/celflow/celflow/engine/tlsfiles"
 	"github.com/celflow/celflow/engine/upstream"
 	"github.com/celflow/celflow/schema"
 )
@@ -41,6 +42,7 @@ type Config struct {
 	Upstream  upstream.Config // zero fields take the upstream package's defaults
 	Telemetry Telemetry
 	Workflow  Workflow
+	Async     Async // off unless async.redis_url is set
 	Trust     Trust
 
 	doc     *schema.Doc
@@ -56,6 +58,8 @@ type Server struct {
 	WriteTimeout       time.Duration
 	DrainDelay         time.Duration
 	ShutdownTimeout    time.Duration
+	TLS                tlsfiles.ServerConfig // server.tls; off unless Enabled
+	MetricsListen      string                // "" = /metrics on the main listener
 	MaxHeaderBytes     int
 	MaxHeaderCount     int
 }
@@ -94,6 +98,7 @@ func Defaults() Config {
 			WriteTimeout:       120 * time.Second,
 			DrainDelay:         5 * time.Second,
 			ShutdownTimeout:    25 * time.Second,
+			TLS:                tlsfiles.ServerConfig{ReloadInterval: DefaultTLSReloadInterval},
 			MaxHeaderBytes:     60 << 10,
 			MaxHeaderCount:     100,
 		},
@@ -105,6 +110,7 @@ func Defaults() Config {
 			MaxIdleConnsPerHost: upstream.DefaultMaxIdleConnsPerHost,
 			PrefixBlockTokens:   upstream.DefaultPrefixBlockTokens,
 			PrefixIndexSize:     upstream.DefaultPrefixIndexSize,
+			TLS:                 tlsfiles.ClientConfig{ReloadInterval: DefaultTLSReloadInterval},
 		},
 		Telemetry: Telemetry{LogLevel: "info"},
 	}
@@ -147,12 +153,12 @@ func (c *Config) check() schema.Diagnostics {
 	if x, ok := c.doc.Value(ptr); ok {
 		if n, ok := x.(json.Number); ok {
 			if i, err := n.Int64(); err == nil && i > maxBodyMiB {
-				return schema.Diagnostics{c.doc.Diag(ptr, schema.Error,
-					fmt.Sprintf("%d MiB overflows int64 bytes (at most %d)", i, int64(maxBodyMiB)))}
+				return append(c.checkOps(), c.doc.Diag(ptr, schema.Error,
+					fmt.Sprintf("%d MiB overflows int64 bytes (at most %d)", i, int64(maxBodyMiB))))
 			}
 		}
 	}
-	return nil
+	return c.checkOps()
 }
 
 // decode fills the typed config from the validated document.
@@ -194,6 +200,7 @@ func (c *Config) decode() {
 	v.int("/upstream/conditional_decode/short_prompt_tokens", &u.ShortPromptTokens)
 	v.int("/upstream/conditional_decode/prefix_block_tokens", &u.PrefixBlockTokens)
 	v.int("/upstream/conditional_decode/prefix_index_size", &u.PrefixIndexSize)
+	c.decodeOps(v)
 	u.OwnedHeaders = c.Trust.OwnedHeaders
 
 	t := &c.Telemetry
@@ -202,6 +209,8 @@ func (c *Config) decode() {
 	v.bool("/telemetry/tracing/enabled", &t.Tracing.Enabled)
 	v.str("/telemetry/tracing/protocol", &t.Tracing.Protocol)
 	v.str("/telemetry/tracing/endpoint", &t.Tracing.Endpoint)
+
+	c.decodeAsync(v)
 
 	switch w, _ := c.doc.Value("/workflow"); w := w.(type) {
 	case string:

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/celflow/celflow/engine/tlsfiles"
 	"github.com/celflow/celflow/engine/upstream"
 )
 
@@ -27,7 +28,8 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Server{Listen: ":8080", MaxRequestBodySize: 64, ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 30 * time.Second, WriteTimeout: 120 * time.Second, DrainDelay: 5 * time.Second,
-		ShutdownTimeout: 25 * time.Second, MaxHeaderBytes: 60 << 10, MaxHeaderCount: 100}
+		ShutdownTimeout: 25 * time.Second, TLS: tlsfiles.ServerConfig{ReloadInterval: 10 * time.Second},
+		MaxHeaderBytes: 60 << 10, MaxHeaderCount: 100}
 	if c.Server != want {
 		t.Fatalf("server %+v", c.Server)
 	}
@@ -74,7 +76,8 @@ workflow: /abs/wf.yaml
 	if c == nil {
 		t.Fatal(diags)
 	}
-	if c.Server != (Server{"127.0.0.1:9000", 5, time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second, 5 * time.Second, 8192, 50}) {
+	if c.Server != (Server{"127.0.0.1:9000", 5, time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second, 5 * time.Second,
+		tlsfiles.ServerConfig{ReloadInterval: DefaultTLSReloadInterval}, "", 8192, 50}) {
 		t.Fatalf("server %+v", c.Server)
 	}
 	want := upstream.Config{Mode: "direct", Picker: "least-in-flight",
@@ -85,7 +88,7 @@ workflow: /abs/wf.yaml
 		},
 		FailureThreshold: 2, EjectFor: 7 * time.Second, IdleConnTimeout: 3 * time.Second,
 		MaxIdleConnsPerHost: 64, MaxConnsPerHost: 100, ShortPromptTokens: 32, PrefixBlockTokens: 8, PrefixIndexSize: 500,
-		OwnedHeaders: []string{"x-tenant-route"}}
+		OwnedHeaders: []string{"x-tenant-route"}, TLS: tlsfiles.ClientConfig{ReloadInterval: DefaultTLSReloadInterval}}
 	if !reflect.DeepEqual(c.Trust, Trust{ClientFields: []string{"kv_transfer_params", "media_uuid"}, OwnedHeaders: []string{"x-tenant-route"}}) {
 		t.Fatalf("trust %+v", c.Trust)
 	}

@@ -82,11 +82,11 @@ func register() {
 		})
 	reg("t-cond-decode", "test: answers on 2xx, else fails with status", `"status": {"type": "integer", "minimum": 100, "maximum": 599}`, false,
 		func(p params, _ *engine.BuildContext) (*node, error) {
-			return &node{kind: "respond", c: engine.Contract{Responds: true, Role: "decode"}}, nil
+			return &node{kind: "respond", c: engine.Contract{Responds: true, Role: "decode", Statuses: []int{412}}}, nil
 		})
 	reg("t-encode", "test: fan-out, needs media, provides ec", `"status": {"type": "integer"}`, true,
 		func(p params, _ *engine.BuildContext) (*node, error) {
-			return &node{kind: "encode", c: engine.Contract{Needs: []engine.Need{{Key: engine.KeyMedia}}, Provides: []engine.Key{engine.KeyEC}, Role: "encode"}}, nil
+			return &node{kind: "encode", c: engine.Contract{Needs: []engine.Need{{Key: engine.KeyMedia}}, Provides: []engine.Key{engine.KeyEC}, Role: "encode", Outputs: []engine.Output{{Name: "items", Type: "int"}}}}, nil
 		})
 	reg("t-prefill", "test: provides kv, needs tokens on chat with tokens-in", `"status": {"type": "integer"}, "tokens_in": {"type": "boolean"}`, false,
 		func(p params, b *engine.BuildContext) (*node, error) {
@@ -104,8 +104,32 @@ func register() {
 		func(p params, _ *engine.BuildContext) (*node, error) {
 			return &node{kind: "respond", c: engine.Contract{Responds: true, Terminal: true, Role: "decode"}}, nil
 		})
+	// t-mute claims to answer but never does: a broken node type, the only
+	// way left past the ending proof to the run's "no node answered" net.
+	reg("t-mute", "test: a terminal responder that succeeds without answering", "", false,
+		func(p params, _ *engine.BuildContext) (*node, error) {
+			return &node{kind: "noop", c: engine.Contract{Responds: true, Terminal: true, Role: "decode"}}, nil
+		})
 	reg("t-noop", "test: does nothing", `"outputs": {"type": "object"}`, false, func(p params, _ *engine.BuildContext) (*node, error) {
-		return &node{kind: "noop"}, nil
+		// Its outputs are its params.outputs, declared with the CEL type of
+		// each value (integral numbers are int).
+		n := &node{kind: "noop"}
+		for k, v := range p.Outputs {
+			t := "dyn"
+			switch x := v.(type) {
+			case bool:
+				t = "bool"
+			case string:
+				t = "string"
+			case float64:
+				t = "double"
+				if x == float64(int64(x)) {
+					t, p.Outputs[k] = "int", int64(x)
+				}
+			}
+			n.c.Outputs = append(n.c.Outputs, engine.Output{Name: k, Type: t})
+		}
+		return n, nil
 	})
 	reg("t-fail", "test: fails", `"kind": {"enum": ["bad_gateway", "rejected", "timeout", "internal"]}, "status": {"type": "integer"}`, false,
 		func(p params, _ *engine.BuildContext) (*node, error) {

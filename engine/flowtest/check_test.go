@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/big"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/celflow/celflow/engine/upstream"
@@ -95,13 +96,20 @@ func (k *checker) errorShape(id string) {
 		return
 	}
 	e := top["error"]
-	if string(e["param"]) != "null" {
-		k.bad("error reply: param is %s, want null", e["param"])
-	}
 	var msg, typ, code string
 	if json.Unmarshal(e["message"], &msg) != nil || json.Unmarshal(e["type"], &typ) != nil ||
 		json.Unmarshal(e["code"], &code) != nil {
 		k.bad("error reply: message, type and code must be strings")
+	}
+	// param is null, or a string: an upstream 4xx's param, or the JSON path of a duplicate or reserved field.
+	var param string
+	if string(e["param"]) != "null" && ((code != "upstream_rejected" && code != "duplicate_key" && code != "reserved_field") || json.Unmarshal(e["param"], &param) != nil) {
+		k.bad("error reply: param is %s, want null (or a string for upstream_rejected)", e["param"])
+	}
+	// An upstream 503 always carries Retry-After, in delta-seconds.
+	ra := k.res.resp.Header.Values("Retry-After")
+	if code == "upstream_unavailable" && (len(ra) != 1 || strings.Trim(ra[0], "0123456789") != "" || ra[0] == "") {
+		k.bad("error reply: upstream_unavailable with Retry-After %q, want one delta-seconds value (PROTOCOL 12)", ra)
 	}
 	if !strings.HasSuffix(msg, "(request_id: "+id+")") {
 		k.bad("error reply: message %q does not end with (request_id: %s) (PROTOCOL 12)", msg, id)
@@ -170,7 +178,7 @@ func (k *checker) leg(where string, l *leg, id string, client http.Header) {
 		}
 	}
 	for _, h := range dropped(client) {
-		if v := l.header.Values(h); len(v) > 0 && !setByCelflow(h, l.kind) {
+		if v := l.header.Values(h); len(v) > 0 && !setByCelflow(h, l.kind) && !stampedByBroker(h, v, client) {
 			k.bad("%s: header %s %q must be dropped (PROTOCOL 2.2)", where, h, v)
 		}
 	}
@@ -191,6 +199,17 @@ func dropped(client http.Header) []string {
 		}
 	}
 	return out
+}
+
+// stampedByBroker: the async-broker stamps celflow's own objective and
+// fairness id on every leg (ASYNC.md 2); such a value may appear as long as
+// it is not the client's.
+func stampedByBroker(h string, v []string, client http.Header) bool {
+	switch h {
+	case "X-Llm-D-Inference-Objective", "X-Llm-D-Inference-Fairness-Id":
+		return !slices.Equal(v, client.Values(h))
+	}
+	return false
 }
 
 // setByCelflow: celflow stamps its own EPP-Profile on worker legs and Prefer

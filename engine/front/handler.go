@@ -38,7 +38,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.admit(x, r) { // framing and header limits (limits.go)
 		return
 	}
-	if s.draining.Load() && r.URL.Path != PathHealthz {
+	if s.draining.Load() && r.URL.Path != PathHealthz && r.URL.Path != PathHealth {
 		x.route = routeOf(r.URL.Path)
 		s.fail(x, engine.Errorf(engine.KindShuttingDown, "server is shutting down"))
 		return

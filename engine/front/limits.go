@@ -79,10 +79,18 @@ func (l Limits) checkHeaders(r *http.Request) *engine.Error {
 func (s *Server) admit(x *exchange, r *http.Request) bool {
 	if why := badFraming(r.Context()); why != "" {
 		x.route = routeOf(r.URL.Path)
-		// The body is not drained: its length is what is in doubt. The
-		// connection closes after the reply.
-		s.refuse(x, r, engine.Errorf(engine.KindBadFraming, "ambiguous request framing: %s", why), 0)
+		// The connection closes after the reply; what follows the headers
+		// is drained as raw bytes (its length is what is in doubt), never
+		// read as a body or a next request.
+		s.refuse(x, r, engine.Errorf(engine.KindBadFraming, "ambiguous request framing: %s", why), drainBytes)
 		return false
+	}
+	if r.TLS != nil && r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
+		// Under TLS the framing is not tracked (framing.go): a chunked
+		// request ends its connection, so that bytes a proxy in front
+		// framed differently (Content-Length) are never read as a next
+		// request.
+		x.Header().Set("Connection", "close")
 	}
 	if e := s.limits.checkHeaders(r); e != nil {
 		x.route = routeOf(r.URL.Path)
@@ -128,7 +136,7 @@ func (s *Server) refuse(x *exchange, r *http.Request, e *engine.Error, drain int
 		return
 	}
 	drain = max(drain, drainBytes)
-	if r.ContentLength >= 0 {
+	if r.ContentLength >= 0 && e.Kind != engine.KindBadFraming {
 		drain = min(drain, r.ContentLength)
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(drainTime))

@@ -136,7 +136,10 @@ func (s *Server) logRequest(x *exchange, r *http.Request) {
 // one and copied once into its string.
 var summaryBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
-// nodeSummary is "id=status:duration ..." in the workflow's node order.
+// nodeSummary is "id=status:duration[/http][:attempts=N] ..." in the
+// workflow's node order; attempts=N appears when the node was retried
+// (issue 12: "prefill=succeeded:41ms/200:attempts=2" says its first attempt
+// failed; each retry has its own log line with the reason).
 func nodeSummary(out []engine.Outcome) string {
 	if len(out) == 0 {
 		return ""
@@ -155,6 +158,10 @@ func nodeSummary(out []engine.Outcome) string {
 		if o.HTTPStatus != 0 {
 			b = append(b, '/')
 			b = strconv.AppendInt(b, int64(o.HTTPStatus), 10)
+		}
+		if o.Attempt > 1 {
+			b = append(b, ":attempts="...)
+			b = strconv.AppendInt(b, int64(o.Attempt), 10)
 		}
 	}
 	s := string(b)

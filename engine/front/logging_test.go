@@ -28,6 +28,11 @@ func TestNodeSummary(t *testing.T) {
 			{Node: "encode", Status: engine.StatusSkipped},
 			{Node: "d", Status: engine.StatusSucceeded, Duration: 61 * time.Second, HTTPStatus: 200}},
 			"fetch=succeeded:2ms try_decode=failed:2µs/412 encode=skipped:0s d=succeeded:1m1s/200"},
+		// issue 12: a retried node shows its attempts.
+		{"retried", []engine.Outcome{
+			{Node: "prefill", Status: engine.StatusSucceeded, Duration: 41 * time.Millisecond, HTTPStatus: 200, Attempt: 2},
+			{Node: "decode", Status: engine.StatusFailed, Duration: time.Millisecond, Attempt: 3}},
+			"prefill=succeeded:41ms/200:attempts=2 decode=failed:1ms:attempts=3"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

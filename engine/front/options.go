@@ -6,10 +6,12 @@
 package front
 
 import (
+	"crypto/tls"
 	"net"
 	"net/http"
 	"time"
 
+	"github.com/gorilla/mux"
 	"github.com/sirupsen/logrus"
 
 	"github.com/celflow/celflow/engine"
@@ -45,6 +47,12 @@ type Options struct {
 	// function it returns is called when it ends (an in-flight gauge).
 	InFlight func() (done func())
 
+	// Routes are extra handlers on the listener (GET/DELETE
+	// /v1/requests/{id} of the async broker), served behind the same request
+	// id, draining, panic and log wrapper as the inference routes. Path is a
+	// gorilla/mux template; a path already routed is a programming error.
+	Routes []Route
+
 	// Log receives every log line; nil uses logrus.StandardLogger().
 	Log *logrus.Logger
 
@@ -70,7 +78,28 @@ type Options struct {
 	// Limits are the front's header and framing limits (server.max_header_*);
 	// zero values take the defaults (Envoy's: 60 KiB, 100 headers).
 	Limits Limits
+
+	// TLS, when set, serves TLS on the listener with this config (HTTP/2
+	// offered by ALPN); nil serves plain HTTP. tlsfiles.Server.Config
+	// builds one whose certificates reload without a restart.
+	TLS *tls.Config
+	// MetricsListen, when set, serves GET /metrics on its own plain-HTTP
+	// listener at this address, and the main listener answers 404 there.
+	// MetricsListener, when set, is used instead (tests).
+	MetricsListen   string
+	MetricsListener net.Listener
 }
+
+// Route is one extra handler (Options.Routes).
+type Route struct {
+	Path    string   // mux template, e.g. /v1/requests/{id}
+	Methods []string // e.g. GET, DELETE
+	Handler http.Handler
+}
+
+// PathVar returns a path variable of an extra route's request ("" when
+// none): handlers need not import gorilla/mux.
+func PathVar(r *http.Request, name string) string { return mux.Vars(r)[name] }
 
 // Live is the part of a server's configuration that can change while it
 // runs (a config reload). The server keeps it as one immutable snapshot

@@ -32,10 +32,14 @@ const (
 	// uuid of a chat content part: vLLM uses it as the item's cache key in
 	// place of the content hash. celflow keys items by render's hash. Stripped.
 	FieldMediaUUID
+	// cache_hit_threshold (top level, vLLM RFC #24256): conditional-decode
+	// sets it in worker mode; on a final decode leg a client value would
+	// let the worker answer "cache_threshold" with no tokens. Refused.
+	FieldCacheHitThreshold
 )
 
 // clientFieldNames are the trust.client_fields spellings, in bit order.
-var clientFieldNames = [...]string{"kv_transfer_params", "ec_transfer_params", "bootstrap", "tokens", "media_uuid"}
+var clientFieldNames = [...]string{"kv_transfer_params", "ec_transfer_params", "bootstrap", "tokens", "media_uuid", "cache_hit_threshold"}
 
 // ParseClientFields maps trust.client_fields names to the set; ok is false
 // for an unknown name (the config schema's enum rejects those first).
@@ -86,6 +90,10 @@ func GuardFields(route engine.Route, body []byte, obj *jsonb.Object, allow Clien
 			if route != engine.RouteGenerate && !allow.has(FieldTokens) {
 				return nil, nil, reserved(m.Key, "tokens")
 			}
+		case "cache_hit_threshold":
+			if !allow.has(FieldCacheHitThreshold) {
+				return nil, nil, reserved(m.Key, "cache_hit_threshold")
+			}
 		case "sampling_params":
 			if e := guardTransfer(body, m, "sampling_params", "extra_args", allow); e != nil {
 				return nil, nil, e
@@ -131,12 +139,12 @@ func guardTransfer(body []byte, m *jsonb.Member, path, inner string, allow Clien
 			return nil
 		}
 	}
-	for _, mm := range o.Members {
+	for _, in := range o.Members {
 		switch {
-		case mm.Key == "kv_transfer_params" && !allow.has(FieldKVTransfer):
-			return reserved(path+"."+mm.Key, "kv_transfer_params")
-		case mm.Key == "ec_transfer_params" && !allow.has(FieldECTransfer):
-			return reserved(path+"."+mm.Key, "ec_transfer_params")
+		case in.Key == "kv_transfer_params" && !allow.has(FieldKVTransfer):
+			return reserved(path+"."+in.Key, "kv_transfer_params")
+		case in.Key == "ec_transfer_params" && !allow.has(FieldECTransfer):
+			return reserved(path+"."+in.Key, "ec_transfer_params")
 		}
 	}
 	return nil

@@ -1,6 +1,9 @@
 package front
 
 import (
+	"encoding/json"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/celflow/celflow/engine"
@@ -31,6 +34,8 @@ func TestGuardFields(t *testing.T) {
 		{"bootstrap host", all, `{"bootstrap_host":"evil"}`, nil, "bootstrap_host", ""},
 		{"bootstrap port", all, `{"bootstrap_port":1}`, nil, "bootstrap_port", ""},
 		{"bootstrap room", all, `{"bootstrap_room":7}`, nil, "bootstrap_room", ""},
+		{"cache hit threshold", all, `{"cache_hit_threshold":0}`, nil, "cache_hit_threshold", ""},
+		{"trusted cache hit threshold", all, `{"cache_hit_threshold":0.5}`, []string{"cache_hit_threshold"}, "", ""},
 		{"tokens on chat", []engine.Route{chat, compl}, `{"tokens":{"token_ids":[1]}}`, nil, "tokens", ""},
 		{"tokens on generate are not celflow's", []engine.Route{gen}, `{"tokens":1,"token_ids":[1]}`, nil, "", ""},
 		{"trusted kv", all, `{"kv_transfer_params":{},"sampling_params":{"extra_args":{"kv_transfer_params":{}}}}`, []string{"kv_transfer_params"}, "", ""},
@@ -80,7 +85,7 @@ func TestGuardFields(t *testing.T) {
 }
 
 // A body without reserved fields costs no allocation, nested objects
-// included (ACCEPTANCE-style hot-path check; sync.Pool plays no part here).
+// included (sync.Pool plays no part here, so it holds under -race too).
 func TestGuardFieldsNoAlloc(t *testing.T) {
 	body := []byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"sampling_params":{"max_tokens":3,"extra_args":{"a":1}},"vllm_xargs":{"b":2},"max_tokens":5}`)
 	obj, err := jsonb.Parse(body)
@@ -99,8 +104,9 @@ func TestGuardFieldsNoAlloc(t *testing.T) {
 	}
 }
 
-// Through the server: a reserved field is a 400 with its param, before any
-// node runs; a stripped uuid never reaches the workflow.
+// ACCEPTANCE 113 (the client's kv_transfer_params and uuid included):
+// through the server, a reserved field is a 400 with its param before any
+// node runs, and a stripped uuid never reaches the workflow.
 func TestReservedFieldsServed(t *testing.T) {
 	runner := &fakeRunner{}
 	h := start(t, runner, nil)
@@ -125,5 +131,114 @@ func TestReservedFieldsServed(t *testing.T) {
 	if got := string(run.State.Body); got != `{"messages":[{"content":[{"type":"image_url","image_url":{"url":"data:,"}}]}]}` || string(run.Req.Body) != got ||
 		run.State.BodyObj == nil || string(run.State.BodyObj.Buf) != got {
 		t.Errorf("the run got %s", got)
+	}
+}
+
+// FuzzGuardFields: GuardFields never panics on a valid body; an admitted
+// body is valid JSON equal (as encoding/json reads it) to the input minus
+// the uuid of every chat content part object, and nothing else changes.
+func FuzzGuardFields(f *testing.F) {
+	f.Add(`{"messages":[{"content":[{"type":"image_url","uuid":"v"}]}]}`, uint8(0))
+	f.Add(`{"kv_transfer_params":{}}`, uint8(1))
+	f.Fuzz(func(t *testing.T, body string, allow uint8) {
+		obj, err := jsonb.Parse([]byte(body))
+		if err != nil {
+			return
+		}
+		for _, rt := range engine.Routes {
+			nb, no, e := GuardFields(rt, []byte(body), obj, ClientFields(allow))
+			if e != nil {
+				if e.Kind != engine.KindReservedField || e.Param == "" {
+					t.Fatalf("%s: unexpected error %v", rt.Path(), e)
+				}
+				continue
+			}
+			if no == nil || string(no.Buf) != string(nb) {
+				t.Fatalf("%s: index does not match the body", rt.Path())
+			}
+			in, err1 := decodeNumbers(body)
+			out, err2 := decodeNumbers(string(nb))
+			if err1 != nil || err2 != nil {
+				t.Fatalf("%s: %q -> %q: %v %v", rt.Path(), body, nb, err1, err2)
+			}
+			if rt == engine.RouteChat && !ClientFields(allow).has(FieldMediaUUID) {
+				dropPartUUIDs(in)
+			}
+			if !reflect.DeepEqual(in, out) {
+				t.Fatalf("%s: %s became %s", rt.Path(), body, nb)
+			}
+		}
+	})
+}
+
+// dropPartUUIDs is the reference: delete "uuid" from every object of
+// messages[*].content[*].
+func dropPartUUIDs(v any) {
+	top, _ := v.(map[string]any)
+	msgs, _ := top["messages"].([]any)
+	for _, m := range msgs {
+		mo, _ := m.(map[string]any)
+		parts, _ := mo["content"].([]any)
+		for _, p := range parts {
+			if po, ok := p.(map[string]any); ok {
+				delete(po, "uuid")
+			}
+		}
+	}
+}
+
+func decodeNumbers(s string) (any, error) {
+	d := json.NewDecoder(strings.NewReader(s))
+	d.UseNumber()
+	var v any
+	err := d.Decode(&v)
+	return v, err
+}
+
+// The trust check on a typical chat body without reserved fields, and on
+// one whose image part carries a uuid (the strip re-indexes the body).
+func BenchmarkGuardFields(b *testing.B) {
+	img := `{"type":"image_url","image_url":{"url":"data:image/png;base64,` + strings.Repeat("A", 200<<10) + `"}`
+	for _, c := range []struct{ name, body string }{
+		{"clean-200KiB", `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"},` + img + `}]}],"max_tokens":5,"sampling_params":{"extra_args":{"a":1}}}`},
+		{"part-uuid-200KiB", `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"},` + img + `,"uuid":"x"}]}],"max_tokens":5}`},
+	} {
+		body := []byte(c.body)
+		obj, err := jsonb.Parse(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, e := GuardFields(engine.RouteChat, body, obj, 0); e != nil {
+					b.Fatal(e)
+				}
+			}
+		})
+	}
+}
+
+// trust.client_fields reaches requests through Options and through a live
+// swap (a reload): a trusted family is served, the rest stays refused.
+func TestClientFieldsLive(t *testing.T) {
+	runner := &fakeRunner{}
+	h := start(t, runner, func(o *Options) { o.ClientFields = FieldKVTransfer })
+	kv := `{"kv_transfer_params":{"remote_host":"trusted"}}`
+	if resp, b := h.do(t, "POST", "/v1/completions", kv, nil); resp.StatusCode != 200 {
+		t.Fatalf("trusted kv: %d %s", resp.StatusCode, b)
+	}
+	if resp, _ := h.do(t, "POST", "/v1/completions", `{"bootstrap_room":1}`, nil); resp.StatusCode != 400 {
+		t.Fatalf("untrusted bootstrap: %d", resp.StatusCode)
+	}
+	l := h.srv.Live()
+	l.ClientFields = 0
+	h.srv.SetLive(l)
+	if resp, _ := h.do(t, "POST", "/v1/completions", kv, nil); resp.StatusCode != 400 {
+		t.Fatalf("after the swap: %d", resp.StatusCode)
+	}
+	if runner.calls() != 1 {
+		t.Errorf("workflow ran %d times, want 1", runner.calls())
 	}
 }

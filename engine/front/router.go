@@ -28,7 +28,14 @@ func (s *Server) routes() *mux.Router {
 	}
 	r.HandleFunc(PathHealthz, s.healthz).Methods(http.MethodGet)
 	r.HandleFunc(PathReadyz, s.readyz).Methods(http.MethodGet)
-	r.Handle(PathMetrics, s.metrics()).Methods(http.MethodGet)
+	if !s.separateMetrics() {
+		r.Handle(PathMetrics, s.metrics()).Methods(http.MethodGet)
+	}
+	r.HandleFunc(PathHealth, s.healthz).Methods(http.MethodGet) // vLLM's liveness path
+	r.HandleFunc(PathModels, s.listModels).Methods(http.MethodGet)
+	for _, x := range s.opts.Routes {
+		r.Handle(x.Path, x.Handler).Methods(x.Methods...)
+	}
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, engine.Errorf(engine.KindNotFound, "no route for %s %s", r.Method, cutPath(r.URL.EscapedPath())))
 	})

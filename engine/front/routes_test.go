@@ -11,6 +11,7 @@ import (
 // ACCEPTANCE 1: the served routes answer neither 404 nor 405.
 func TestServedRoutes(t *testing.T) {
 	h := start(t, nil, nil)
+	h.srv.SetModels(ModelSource{Static: []string{"m"}})
 	for _, tc := range []struct{ method, path string }{
 		{"POST", "/v1/chat/completions"},
 		{"POST", "/v1/completions"},
@@ -18,6 +19,8 @@ func TestServedRoutes(t *testing.T) {
 		{"GET", "/healthz"},
 		{"GET", "/readyz"},
 		{"GET", "/metrics"},
+		{"GET", "/health"},
+		{"GET", "/v1/models"},
 	} {
 		body := `{"model":"m","prompt":"hi"}`
 		if tc.path == "/inference/v1/generate" {
@@ -31,7 +34,9 @@ func TestServedRoutes(t *testing.T) {
 }
 
 // ACCEPTANCE 2, 3, 8, 192: unknown paths 404, wrong methods 405, both as
-// JSON errors with a request id.
+// JSON errors with a request id. Issue 12 amends ACCEPTANCE 2: GET
+// /v1/models is served now (models_test.go); /v1/embeddings and trailing
+// slashes stay 404.
 func TestNotFoundAndMethodNotAllowed(t *testing.T) {
 	h := start(t, nil, nil)
 	tests := []struct {
@@ -39,7 +44,10 @@ func TestNotFoundAndMethodNotAllowed(t *testing.T) {
 		status       int
 		code         string
 	}{
-		{"GET", "/v1/models", 404, "not_found"},
+		{"GET", "/v1/models/", 404, "not_found"},
+		{"GET", "/health/", 404, "not_found"},
+		{"POST", "/v1/models", 405, "method_not_allowed"},
+		{"POST", "/health", 405, "method_not_allowed"},
 		{"POST", "/v1/embeddings", 404, "not_found"},
 		{"POST", "/v1/chat/completions/", 404, "not_found"},
 		{"GET", "/healthz/", 404, "not_found"},

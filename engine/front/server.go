@@ -38,6 +38,8 @@ type Server struct {
 	cancelBase context.CancelFunc
 
 	limits Limits // header limits (limits.go), fixed for the server's life
+
+	models atomic.Pointer[modelCache] // GET /v1/models (models.go)
 }
 
 // New builds a server; it does not listen yet.
@@ -116,13 +118,22 @@ func (s *Server) Run(ctx context.Context) int {
 		ErrorLog:          log.New(errLog, "", 0),
 		MaxHeaderBytes:    s.limits.hardHeaderBytes(),
 		ConnContext:       connContext,
+		TLSConfig:         s.opts.TLS, // nil: plain HTTP (listeners.go)
 	}
+	stopMetrics, err := s.serveMetrics(errLog)
+	if err != nil {
+		_ = ln.Close()
+		s.log.WithError(err).Error("cannot listen for metrics")
+		return 1
+	}
+	defer stopMetrics()
 	served := make(chan error, 1)
-	// Plain connections are watched for ambiguous framing (framing.go).
-	framed := framedListener{Listener: ln, maxLine: srv.MaxHeaderBytes + 4096}
+	// Plain connections are watched for ambiguous framing (framing.go);
+	// TLS connections reach net/http as *tls.Conn (HTTP/2 by ALPN).
+	framed := framedListener{Listener: tlsListener(ln, srv), maxLine: srv.MaxHeaderBytes + 4096, log: s.log}
 	go func() { served <- srv.Serve(framed) }()
 	s.ready.Store(true)
-	s.log.WithField("listen", ln.Addr().String()).Info("celflow is serving")
+	s.log.WithFields(logrus.Fields{"listen": ln.Addr().String(), "tls": s.opts.TLS != nil}).Info("celflow is serving")
 
 	select {
 	case <-ctx.Done():

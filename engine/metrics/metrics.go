@@ -51,6 +51,7 @@ type Metrics struct {
 	abandoned    prometheus.Counter
 	reloads      *prometheus.CounterVec // result
 	buildInfo    *prometheus.GaugeVec   // version, goversion
+	failures     *failureMetrics        // retries, ejections, healthy endpoints (failures.go)
 }
 
 // New builds the registry with celflow's series, the Go runtime and the
@@ -93,6 +94,7 @@ func New() *Metrics {
 	m.reloads = f.counterVec("config_reloads_total", "Config reloads by result (success, failure).", "result")
 	m.buildInfo = f.gaugeVec("build_info", "Always 1; labels carry the celflow version and Go version.",
 		"version", "goversion")
+	m.failures = newFailureMetrics(f)
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

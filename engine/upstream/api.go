@@ -12,6 +12,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/celflow/celflow/engine/tlsfiles"
 )
 
 // Role is a worker role; it is also the EPP-Profile value of the leg.
@@ -53,6 +55,12 @@ type Config struct {
 	// OwnedHeaders are header names the operator adds to the built-in
 	// OwnedHeaders (trust.owned_headers): a client's value never reaches a leg.
 	OwnedHeaders []string
+	// TLS is how https:// bases are verified and which client certificate
+	// celflow shows them (upstream.tls); the zero value is the system roots.
+	TLS tlsfiles.ClientConfig
+	// Models, when set, is what GET /v1/models lists, without asking the
+	// workers or the gateway (upstream.models).
+	Models []string
 }
 
 // Endpoint is one worker of a direct pool.
@@ -78,6 +86,10 @@ func New(cfg Config) (*Client, error) { return newClient(cfg) }
 
 // HasRole reports whether a leg of that role has somewhere to go.
 func (c *Client) HasRole(r Role) bool { return c.impl.hasRole(r) }
+
+// InFlight is the number of legs of role r picked and not yet Done (the
+// async dispatcher's capacity gate reads it).
+func (c *Client) InFlight(r Role) int64 { return c.impl.inFlight(r) }
 
 // Render returns the configured render service base URL ("" when unset).
 func (c *Client) Render() string { return c.impl.render }
@@ -129,6 +141,9 @@ type Leg struct {
 	TTFB   time.Duration // time to first response byte, 0 = none
 	Relay  bool          // decode/conditional-decode: forward client Accept-Encoding, keep the body compressed
 	Trace  http.Header   // traceparent/tracestate to set (from the node's span), nil to forward the client's
+	// Extra are server-owned headers set after the client's were filtered
+	// (they win over a client header of the same name); nil for none.
+	Extra http.Header
 	// NewBody returns a fresh reader over the same bytes as Body. It allows
 	// the one resend of a leg that failed on a stale keep-alive connection
 	// (FIELD-NOTES 3). Nil is fine when Body is a *bytes.Reader,
@@ -141,9 +156,14 @@ type Leg struct {
 	// celflow reads whole. A Relay leg's 2xx body is never bounded by them
 	// (relayed streams have stream_idle_timeout and no total); its non-2xx
 	// body, which celflow reads, is. Expiry makes the body's Read fail with
-	// a *TimeoutError (Phase "idle" or "body").
+	// a *TimeoutError (Phase "idle" or "body"). ReleaseBodyBounds lifts them
+	// once celflow decides to relay a body it began to read.
 	Idle        time.Duration
 	BodyTimeout time.Duration
+	// Probe: a Relay leg whose 2xx celflow reads the start of before it
+	// decides to relay it (worker-mode conditional decode): Idle and
+	// BodyTimeout bound that 2xx too, until ReleaseBodyBounds.
+	Probe bool
 }
 
 // Send posts the leg to target base. Errors are *TransportError (before any

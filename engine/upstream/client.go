@@ -6,7 +6,10 @@ import (
 	"net/textproto"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/celflow/celflow/engine/tlsfiles"
 )
 
 // client is the implementation behind Client. Everything but the pools'
@@ -21,6 +24,30 @@ type client struct {
 	rt          *http.Transport
 	bases       *baseCache          // parsed base URLs, so a leg does not parse its URL
 	owned       map[string]struct{} // Config.OwnedHeaders, canonical; nil when none
+	health      healthHook          // SetHealthHook's function, read by the pools
+	tls         *tlsfiles.Client    // upstream.tls material; nil = crypto/tls defaults
+	// gwInflight counts gateway-mode legs per role between Pick and Done.
+	gwInflight [numRoles]atomic.Int64
+	gwDone     [numRoles]func(failed bool)
+}
+
+// inFlight sums a role's legs in flight: its endpoints' counts in direct
+// mode, the gateway's per-role count otherwise.
+func (c *client) inFlight(r Role) int64 {
+	i := roleIndex(r)
+	if i < 0 {
+		return 0
+	}
+	if !c.direct {
+		return c.gwInflight[i].Load()
+	}
+	var n int64
+	if p := c.pools[i]; p != nil {
+		for _, e := range p.eps {
+			n += e.inflight.Load()
+		}
+	}
+	return n
 }
 
 const numRoles = 3
@@ -44,6 +71,16 @@ func newClient(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &client{cfg: cfg, rt: newTransport(cfg), render: strings.TrimRight(cfg.Render, "/")}
+	for i := range c.gwDone {
+		n := &c.gwInflight[i]
+		c.gwDone[i] = func(bool) { n.Add(-1) } // built once: a gateway Pick allocates no closure
+	}
+	if cfg.TLS.Configured() {
+		if c.tls, err = tlsfiles.NewClient(cfg.TLS); err != nil {
+			return nil, prefixKeys("tls", err)
+		}
+		c.rt.DialTLSContext = c.tls.DialTLS(c.rt.DialContext)
+	}
 	for _, name := range cfg.OwnedHeaders {
 		if c.owned == nil {
 			c.owned = map[string]struct{}{}
@@ -59,6 +96,7 @@ func newClient(cfg Config) (*Client, error) {
 		for r, eps := range cfg.Pools {
 			if len(eps) > 0 {
 				c.pools[roleIndex(r)] = newPool(r, eps, cfg)
+				c.pools[roleIndex(r)].hook = &c.health
 			}
 		}
 	}

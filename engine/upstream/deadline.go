@@ -22,7 +22,20 @@ type watchedBody struct {
 	start         time.Time
 	last          atomic.Int64 // time of the last byte, since start
 	phase         atomic.Pointer[string]
+	released      atomic.Bool // ReleaseBodyBounds: the rest is relayed, unbounded
 	timer         *time.Timer
+}
+
+// ReleaseBodyBounds lifts a reply body's Leg.Idle and Leg.BodyTimeout: for
+// a leg whose reply celflow reads the start of and then relays (worker-mode
+// conditional decode: the verdict is read, a hit is relayed, and a relayed
+// stream has no total bound). A bound that already expired stays expired.
+// A body without bounds is left alone.
+func ReleaseBodyBounds(body io.ReadCloser) {
+	if w, ok := body.(*watchedBody); ok {
+		w.released.Store(true)
+		w.timer.Stop()
+	}
 }
 
 func watchBody(parent context.Context, body io.ReadCloser, cancel context.CancelFunc, idle, total time.Duration) *watchedBody {
@@ -44,6 +57,9 @@ func (w *watchedBody) next(now time.Duration) time.Duration {
 }
 
 func (w *watchedBody) check() {
+	if w.released.Load() {
+		return
+	}
 	now := time.Since(w.start)
 	switch {
 	case w.total > 0 && now >= w.total:

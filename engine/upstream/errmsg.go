@@ -1,25 +1,104 @@
 package upstream
 
 import (
+	"net/http"
+	"strconv"
 	"strings"
+	"time"
 	"unicode/utf16"
 	"unicode/utf8"
 )
 
-// openAIMessage extracts the message of an OpenAI-style error body, the two
-// shapes of PROTOCOL 12 and no other: {"error":{"message":S}} and vLLM's flat
-// {"object":"error","message":S}. A bare {"message":S} is not an OpenAI
-// error and gives "" (PROTOCOL 12 relays only the listed shapes).
+// Bounds on what celflow keeps of an upstream error for a client
+// (PROTOCOL 12): the relayed param, and the longest Retry-After believed.
+const (
+	ErrorParamLimit = 128 // bytes of a relayed string param (a field name in practice)
+	MaxRetryAfter   = 300 // seconds; a worker asking for more is not believed
+)
+
+// ErrorReply is what celflow keeps of a non-2xx answer.
+type ErrorReply struct {
+	Msg        string // the OpenAI-style message, ≤ ErrorMsgLimit bytes, "" when none
+	Param      string // the error's string param, ≤ ErrorParamLimit bytes, "" when none
+	RetryAfter int    // a valid Retry-After in seconds (see RetryAfter), 0 when none
+	Body       []byte // at most ErrorBodyLimit bytes of the body, for the logs only
+}
+
+// ReadError reads a non-2xx response as ErrorInfo does (≤ 8 KiB, decoded,
+// closed) and adds the error's string param and the Retry-After header.
+func ReadError(resp *http.Response) ErrorReply {
+	ra := RetryAfter(resp.Header, time.Now())
+	msg, body := errorInfo(resp)
+	var param string
+	if msg != "" {
+		_, param = openAIError(body, ErrorMsgLimit) // ≤ 8 KiB, error path only
+	}
+	return ErrorReply{Msg: msg, Param: param, RetryAfter: ra, Body: body}
+}
+
+// RetryAfter parses an upstream's Retry-After (RFC 9110 10.2.3), which is
+// untrusted: exactly one value, either delta-seconds (digits only) or an
+// HTTP-date turned into seconds from now (rounded up). It returns 0 for no
+// header, a malformed one, a date in the past, or a wait over MaxRetryAfter
+// seconds; the caller then applies its default.
+func RetryAfter(h http.Header, now time.Time) int {
+	vs := h.Values("Retry-After")
+	if len(vs) != 1 {
+		return 0
+	}
+	v := strings.TrimSpace(vs[0])
+	if v == "" || len(v) > 64 {
+		return 0
+	}
+	if v[0] >= '0' && v[0] <= '9' {
+		if len(v) > 6 {
+			return 0 // 1 000 000 s or more: out of bounds, and no overflow below
+		}
+		for i := 0; i < len(v); i++ {
+			if v[i] < '0' || v[i] > '9' {
+				return 0
+			}
+		}
+		n, _ := strconv.Atoi(v)
+		if n > MaxRetryAfter {
+			return 0
+		}
+		return n
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0
+	}
+	d := t.Sub(now)
+	if d <= 0 || d > MaxRetryAfter*time.Second {
+		return 0
+	}
+	return int((d + time.Second - 1) / time.Second)
+}
+
+// openAIMessage is openAIError's message alone.
+func openAIMessage(b []byte, max int) string {
+	m, _ := openAIError(b, max)
+	return m
+}
+
+// openAIError extracts the message and the string `param` of an
+// OpenAI-style error body, the two shapes of PROTOCOL 12 and no other:
+// {"error":{"message":S,"param":P}} and vLLM's flat
+// {"object":"error","message":S,"param":P}. A bare {"message":S} is not an
+// OpenAI error and gives "" (PROTOCOL 12 relays only the listed shapes). A
+// param that is not a string (null, a number) gives "".
 //
 // b may be a prefix of the body (cut at ErrorBodyLimit): the scan is
 // lenient and a string cut by the end of b yields what was read. The
-// result is valid UTF-8 of at most max bytes, cut on a rune boundary.
-func openAIMessage(b []byte, max int) string {
+// message is valid UTF-8 of at most max bytes, cut on a rune boundary; the
+// param at most ErrorParamLimit bytes.
+func openAIError(b []byte, max int) (msg, param string) {
 	s := &jscan{b: b}
 	if !s.eat('{') {
-		return ""
+		return "", ""
 	}
-	var flat string
+	var flat, flatParam string
 	var haveFlat, errObject bool
 	for {
 		key, ok := s.member()
@@ -28,12 +107,14 @@ func openAIMessage(b []byte, max int) string {
 		}
 		switch {
 		case key == "error" && s.peek() == '{':
-			if m, found := s.nestedMessage(max); found {
-				return m
+			if m, p, found := s.nested(max); found {
+				return m, p
 			}
 		case key == "message" && s.peek() == '"':
 			flat, _ = s.str(max)
 			haveFlat = true
+		case key == "param" && s.peek() == '"':
+			flatParam, _ = s.str(ErrorParamLimit)
 		case key == "object" && s.peek() == '"':
 			v, complete := s.str(8)
 			errObject = complete && v == "error"
@@ -45,9 +126,9 @@ func openAIMessage(b []byte, max int) string {
 		}
 	}
 	if errObject && haveFlat {
-		return flat
+		return flat, flatParam
 	}
-	return ""
+	return "", ""
 }
 
 // jscan is a minimal, lenient JSON reader over a possibly cut document.
@@ -98,22 +179,30 @@ func (s *jscan) member() (string, bool) {
 	return k, true
 }
 
-// nestedMessage scans the object at s for a string "message".
-func (s *jscan) nestedMessage(max int) (string, bool) {
+// nested scans the object at s for a string "message" and a string
+// "param", in any order; found reports a message.
+func (s *jscan) nested(max int) (msg, param string, found bool) {
 	s.eat('{')
 	for {
 		key, ok := s.member()
 		if !ok {
-			return "", false
+			return msg, param, found
 		}
-		if key == "message" && s.peek() == '"' {
-			m, _ := s.str(max)
-			return m, true
+		switch {
+		case key == "message" && s.peek() == '"':
+			msg, _ = s.str(max)
+			found = true
+		case key == "param" && s.peek() == '"':
+			param, _ = s.str(ErrorParamLimit)
+		default:
+			if !s.skip() {
+				return msg, param, found
+			}
 		}
-		if !s.skip() || !s.eat(',') {
+		if !s.eat(',') {
 			// End of the error object (or of b): let the caller go on.
 			s.eat('}')
-			return "", false
+			return msg, param, found
 		}
 	}
 }

@@ -179,7 +179,8 @@ func TestNamedIn(t *testing.T) {
 	}
 }
 
-// Every built-in owned name is dropped (the list and the switch agree).
+// ACCEPTANCE 15: every built-in owned name is dropped (the list and the
+// switch agree).
 func TestOwnedHeadersAllDropped(t *testing.T) {
 	for _, name := range OwnedHeaders {
 		dst := http.Header{}

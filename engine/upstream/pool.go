@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sirupsen/logrus"
 )
 
 // ErrNoEndpoint: a leg's role has no endpoint (direct mode without a pool
@@ -37,7 +39,9 @@ type pool struct {
 	threshold     int32
 	ejectFor      time.Duration
 	now           func() time.Time
-	mu            sync.Mutex // serialises ejections (the never-last rule)
+	mu            sync.Mutex   // serialises ejections (the never-last rule)
+	ejected       atomic.Int32 // endpoints ejected and not yet re-admitted (sweep)
+	hook          *healthHook  // the client's health hook; nil in tests that build a pool alone
 }
 
 func newPool(r Role, eps []Endpoint, cfg Config) *pool {
@@ -65,7 +69,8 @@ func (c *client) pick(r Role, exclude []string) (*Target, error) {
 		return nil, fmt.Errorf("%w %q", ErrNoEndpoint, r)
 	}
 	if !c.direct {
-		return &Target{Base: c.gateway, Host: c.gatewayHost}, nil
+		c.gwInflight[i].Add(1)
+		return &Target{Base: c.gateway, Host: c.gatewayHost, done: c.gwDone[i]}, nil
 	}
 	p := c.pools[i]
 	if p == nil {
@@ -79,6 +84,7 @@ func (c *client) pick(r Role, exclude []string) (*Target, error) {
 // last pass is a safety net).
 func (p *pool) choose(exclude []string) *endpoint {
 	now := p.now().UnixNano()
+	p.sweep(now)
 	for pass := 0; pass < 3; pass++ {
 		ok := func(e *endpoint) bool {
 			return pass == 2 || (e.healthy(now) && (pass == 1 || !e.excluded(exclude)))
@@ -156,18 +162,31 @@ func (e *endpoint) release(failed bool) {
 // eject takes e out of rotation for EjectFor unless it is the last healthy
 // endpoint of its role (FIELD-NOTES 5); then its streak keeps counting and
 // the next failure tries again. A rejoining endpoint starts a fresh streak.
+//
+// Every ejection is logged (warn) and handed to the health hook; a refusal
+// by the never-last rule is logged at debug level only, as it repeats on
+// every further failure.
 func (p *pool) eject(e *endpoint) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := p.now().UnixNano()
+	p.sweep(now) // an expired ejection is re-admitted before a new one counts
 	if !e.healthy(now) {
 		return
 	}
 	for _, o := range p.eps {
 		if o != e && o.healthy(now) {
+			n := int(e.failures.Load())
 			e.ejectedUntil.Store(now + int64(p.ejectFor))
 			e.failures.Store(0)
+			p.ejected.Add(1)
+			logrus.WithFields(logrus.Fields{"pool": string(p.role), "endpoint": e.ep.URL,
+				"consecutive_failures": n, "eject_for": p.ejectFor.String()}).
+				Warn("upstream endpoint ejected after consecutive failures")
+			p.emit(HealthEvent{Role: p.role, Endpoint: e.ep.URL, Ejected: true, Failures: n, For: p.ejectFor})
 			return
 		}
 	}
+	logrus.WithFields(logrus.Fields{"pool": string(p.role), "endpoint": e.ep.URL}).
+		Debug("upstream endpoint failing but kept: it is the last healthy endpoint of its pool")
 }

@@ -296,3 +296,28 @@ func TestConfigDefaults(t *testing.T) {
 		t.Errorf("transport: %+v", rt)
 	}
 }
+
+// InFlight counts legs between Pick and Done, per role, in both modes (the
+// async dispatcher's gate reads it).
+func TestInFlight(t *testing.T) {
+	for _, cfg := range []Config{
+		{Mode: "gateway", Gateway: "http://gw:80"},
+		{Mode: "direct", Pools: map[Role][]Endpoint{RoleDecode: {{URL: "http://d1:8000"}, {URL: "http://d2:8000"}}, RolePrefill: {{URL: "http://p1:8000"}}}},
+	} {
+		c, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := c.Pick(RoleDecode)
+		b, _ := c.Pick(RoleDecode)
+		if n, p := c.InFlight(RoleDecode), c.InFlight(RolePrefill); n != 2 || p != 0 {
+			t.Errorf("%s: decode %d prefill %d after two picks", cfg.Mode, n, p)
+		}
+		a.Done(false)
+		b.Done(true)
+		b.Done(true) // a second Done is a no-op
+		if n := c.InFlight(RoleDecode); n != 0 {
+			t.Errorf("%s: decode %d after Done", cfg.Mode, n)
+		}
+	}
+}

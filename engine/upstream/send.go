@@ -63,7 +63,7 @@ func (c *client) sendLeg(ctx context.Context, base string, leg *Leg) (*http.Resp
 	expired := timer != nil && !timer.Stop()
 	if err == nil && !expired {
 		resp.Body = &legBody{ReadCloser: resp.Body, cancel: cancel}
-		if (leg.Idle > 0 || leg.BodyTimeout > 0) && !(leg.Relay && resp.StatusCode >= 200 && resp.StatusCode < 300) {
+		if (leg.Idle > 0 || leg.BodyTimeout > 0) && !(leg.Relay && !leg.Probe && resp.StatusCode >= 200 && resp.StatusCode < 300) {
 			resp.Body = watchBody(ctx, resp.Body, cancel, leg.Idle, leg.BodyTimeout)
 		}
 		return resp, nil
@@ -102,6 +102,9 @@ func (c *client) newRequest(ctx context.Context, base string, leg *Leg) (*http.R
 		for k, vs := range leg.Trace {
 			h[textproto.CanonicalMIMEHeaderKey(k)] = vs[:len(vs):len(vs)]
 		}
+	}
+	for k, vs := range leg.Extra {
+		h[textproto.CanonicalMIMEHeaderKey(k)] = vs[:len(vs):len(vs)]
 	}
 	h["Content-Type"] = hvJSON
 	if leg.ReqID != "" {

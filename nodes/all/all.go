@@ -6,6 +6,7 @@
 package all
 
 import (
+	_ "github.com/celflow/celflow/nodes/asyncbroker"
 	_ "github.com/celflow/celflow/nodes/conditionaldecode"
 	_ "github.com/celflow/celflow/nodes/decode"
 	_ "github.com/celflow/celflow/nodes/encode"

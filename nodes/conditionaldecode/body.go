@@ -11,7 +11,9 @@ import (
 // chat adds `tokens` when T is known (features without kwargs, only with
 // items); completions gets prompt = T when T came from render; generate is
 // sent as is. Never kv_transfer_params, never uuid; stream is the client's.
-func build(x *engine.Exec, route engine.Route, body []byte, t engine.Tokens, media []engine.MediaItem) (*jsonb.Body, *engine.Error) {
+// threshold, when not nil (worker mode, chat and completions only), is set
+// as the top-level cache_hit_threshold, replacing any the client sent.
+func build(x *engine.Exec, route engine.Route, body []byte, t engine.Tokens, media []engine.MediaItem, threshold []byte) (*jsonb.Body, *engine.Error) {
 	var key string
 	var val []byte
 	switch route {
@@ -22,7 +24,7 @@ func build(x *engine.Exec, route engine.Route, body []byte, t engine.Tokens, med
 			key, val = "prompt", mm.TokenJSON(t)
 		}
 	}
-	if val == nil {
+	if val == nil && threshold == nil {
 		return jsonb.Raw(body), nil
 	}
 	obj, e := leg.ParseBody(x, body)
@@ -30,6 +32,12 @@ func build(x *engine.Exec, route engine.Route, body []byte, t engine.Tokens, med
 		return nil, e
 	}
 	ed := jsonb.NewEditor(body)
-	ed.In(obj).Set(key, val)
+	oe := ed.In(obj)
+	if val != nil {
+		oe.Set(key, val)
+	}
+	if threshold != nil {
+		oe.Set("cache_hit_threshold", threshold)
+	}
 	return ed.Body(), nil
 }

@@ -7,6 +7,9 @@ package conditionaldecode
 import (
 	_ "embed"
 	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/celflow/celflow/engine"
@@ -24,16 +27,24 @@ func init() {
 	engine.Register(engine.NodeType{
 		Name:   TypeName,
 		Schema: schemaJSON,
-		Doc:    "decode with Prefer: if-available: relays a hit, 412 on a miss (route on response.status == 412)",
+		Doc:    "decode with Prefer: if-available (mode worker: and cache_hit_threshold): relays a hit, 412 on a miss (route on response.status == 412)",
 		Build:  Build,
 	})
 }
 
 type params struct {
-	TTFBTimeout       string `json:"ttfb_timeout"`
-	StreamIdleTimeout string `json:"stream_idle_timeout"`
-	leg.BodyParams           // the 412 and error bodies celflow reads; a hit is relayed
+	TTFBTimeout       string   `json:"ttfb_timeout"`
+	StreamIdleTimeout string   `json:"stream_idle_timeout"`
+	Mode              string   `json:"mode"`
+	CacheHitThreshold *float64 `json:"cache_hit_threshold"`
+	leg.BodyParams             // the 412 and error bodies celflow reads; a hit is relayed
 }
+
+// Modes: who decides a hit (README "Modes").
+const (
+	modePredicted = "predicted" // the endpoint picker: the gateway's EPP, or celflow's prefix index in direct mode
+	modeWorker    = "worker"    // the decode worker, from cache_hit_threshold (vLLM RFC #24256)
+)
 
 // ConditionalDecode is a built node; immutable and safe for concurrent use.
 type ConditionalDecode struct {
@@ -41,6 +52,9 @@ type ConditionalDecode struct {
 	ttfb, idle   time.Duration
 	body         leg.BodyBounds // idle_timeout, body_timeout of non-relayed replies
 	writeTimeout time.Duration
+	// threshold is cache_hit_threshold as JSON, formatted once at build;
+	// nil in predicted mode.
+	threshold []byte
 }
 
 // Build validates params and the decode target.
@@ -67,6 +81,23 @@ func Build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 		add(err)
 	}
 	add(leg.RequireRole(b, upstream.RoleDecode))
+	switch p.Mode {
+	case "", modePredicted:
+		if p.CacheHitThreshold != nil {
+			add(&engine.ParamError{Path: "/cache_hit_threshold", Msg: `only with mode: worker`})
+		}
+	case modeWorker:
+		switch t := p.CacheHitThreshold; {
+		case t == nil:
+			add(&engine.ParamError{Path: "/cache_hit_threshold", Msg: "required with mode: worker (a number from 0 to 1, e.g. 0.8)"})
+		case *t < 0 || *t > 1 || math.IsNaN(*t):
+			add(&engine.ParamError{Path: "/cache_hit_threshold", Msg: fmt.Sprintf("must be from 0 to 1, got %v", *t)})
+		default:
+			n.threshold = strconv.AppendFloat(nil, *t, 'g', -1, 64)
+		}
+	default:
+		add(&engine.ParamError{Path: "/mode", Msg: fmt.Sprintf(`must be "predicted" or "worker", got %q`, p.Mode)})
+	}
 	switch len(errs) {
 	case 0:
 		return n, nil
@@ -78,7 +109,7 @@ func Build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 
 // Contract: the node may answer the client (a hit ends the run).
 func (n *ConditionalDecode) Contract() engine.Contract {
-	return engine.Contract{Role: string(upstream.RoleDecode), Responds: true}
+	return engine.Contract{Role: string(upstream.RoleDecode), Responds: true, Statuses: []int{412}}
 }
 
 var _ engine.Node = (*ConditionalDecode)(nil)

@@ -2,6 +2,7 @@ package conditionaldecode
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"io"
@@ -113,6 +114,7 @@ func TestNotRelayed(t *testing.T) {
 		status int
 		kind   engine.Kind
 		header string
+		params string
 	}{
 		{name: "412 miss", status: 412, kind: engine.KindUpstreamRejected, header: "hint-1", handle: func(w http.ResponseWriter, _ *http.Request, _ legtest.Call) {
 			w.Header().Set("X-Hint", "hint-1")
@@ -122,13 +124,17 @@ func TestNotRelayed(t *testing.T) {
 		{name: "500", status: 500, kind: engine.KindBadGateway, handle: legtest.JSON(500, `{"error":{"message":"MISS-BODY"}}`)},
 		{name: "400", status: 400, kind: engine.KindUpstreamRejected, handle: legtest.JSON(400, `{"error":{"message":"bad thing"}}`)},
 		{name: "transport", base: deadURL, kind: engine.KindBadGateway},
+		// Issue 10: a 412 or an error whose body stalls after the headers
+		// still routes at once: idle_timeout bounds the bodies celflow reads.
+		{name: "412 body stalls", status: 412, kind: engine.KindUpstreamRejected, params: `{"idle_timeout":"30ms"}`, handle: stallAfter(412)},
+		{name: "500 body stalls", status: 500, kind: engine.KindBadGateway, params: `{"body_timeout":"30ms"}`, handle: stallAfter(500)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := tc.base
 			if base == "" {
 				base = legtest.NewWorker(t, tc.handle).URL
 			}
-			n := newNode(t, legtest.Gateway(t, base), `{}`)
+			n := newNode(t, legtest.Gateway(t, base), cmp.Or(tc.params, `{}`))
 			run, rec := legtest.Run(t, engine.RouteChat, `{}`, nil)
 			res := n.Run(run.Ctx, legtest.Exec(run, "cd"))
 			e := engine.AsError(res.Err)
@@ -151,6 +157,17 @@ func TestNotRelayed(t *testing.T) {
 	}
 }
 
+// stallAfter answers status with the start of a body, then nothing until
+// the caller leaves.
+func stallAfter(status int) func(http.ResponseWriter, *http.Request, legtest.Call) {
+	return func(w http.ResponseWriter, r *http.Request, _ legtest.Call) {
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, `{"error":{"message":"MISS-BODY`)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}
+}
+
 // ACCEPTANCE 112, 113, 115
 func TestBodies(t *testing.T) {
 	gen := `{"token_ids":[1,2,3],"features":{"mm_hashes":{"image":["h"]},"mm_placeholders":{"image":[{"offset":1,"length":1}]},"kwargs_data":{"image":["KW"]}},"sampling_params":{"max_tokens":9}}`
@@ -161,7 +178,12 @@ func TestBodies(t *testing.T) {
 		tokens   engine.Tokens
 		want     string
 		wantSame bool
+		thr      string
 	}{
+		{name: "chat threshold added", route: engine.RouteChat, body: `{"messages":[],"cache_hit_threshold":0.1}`, thr: "0.8",
+			want: `{"messages":[],"cache_hit_threshold":0.8}`},
+		{name: "completions rendered with threshold", route: engine.RouteCompletions, body: `{"prompt":"hello"}`, tokens: engine.Tokens{Known: true, FromRender: true, IDs: []int64{1, 2}}, thr: "0.5",
+			want: `{"prompt":[1,2],"cache_hit_threshold":0.5}`},
 		{name: "completions rendered", route: engine.RouteCompletions, body: `{"prompt":"hello","max_tokens":3}`, tokens: tokens6,
 			want: `{"prompt":[1,9000,9000,9000,17,18],"max_tokens":3}`},
 		{name: "completions token prompt", route: engine.RouteCompletions, body: `{"prompt":[4,5]}`,
@@ -170,7 +192,11 @@ func TestBodies(t *testing.T) {
 		{name: "chat without render", route: engine.RouteChat, body: `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"u"}}]}]}`, wantSame: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, e := build(nil, tc.route, []byte(tc.body), tc.tokens, nil)
+			var thr []byte
+			if tc.thr != "" {
+				thr = []byte(tc.thr)
+			}
+			b, e := build(nil, tc.route, []byte(tc.body), tc.tokens, nil, thr)
 			if e != nil {
 				t.Fatal(e)
 			}

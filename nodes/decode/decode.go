@@ -90,9 +90,12 @@ func Build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 // Contract: decode answers the client whenever it succeeds (terminal: no
 // node may follow it) and ends the run. It needs nothing:
 // without a prefill the body simply carries no kv_transfer_params, and
-// without T no tokens (PROTOCOL 8, celflow differs Q1).
+// without T no tokens (PROTOCOL 8, celflow differs Q1). Its outputs feed
+// metrics (nothing can read them in CEL: nothing follows decode).
 func (n *Decode) Contract() engine.Contract {
-	return engine.Contract{Role: string(upstream.RoleDecode), Responds: true, Terminal: true}
+	return engine.Contract{Role: string(upstream.RoleDecode), Responds: true, Terminal: true, Outputs: decodeOutputs}
 }
+
+var decodeOutputs = []engine.Output{{Name: "aggregated", Type: "bool"}, {Name: "handover", Type: "duration"}}
 
 var _ engine.Node = (*Decode)(nil)

@@ -110,7 +110,8 @@ func TestErrors(t *testing.T) {
 		code         string
 	}{
 		{name: "400", params: `{}`, handle: legtest.JSON(400, `{"error":{"message":"`+strings.Repeat("x", 20<<10)+`"}}`), status: 400, code: "upstream_rejected"},
-		{name: "503", params: `{}`, handle: legtest.JSON(503, `MARKER-503`), status: 502, code: "bad_gateway"},
+		{name: "503", params: `{}`, handle: legtest.JSON(503, `MARKER-503`), status: 503, code: "upstream_unavailable"}, // it was 502
+		{name: "500", params: `{}`, handle: legtest.JSON(500, `MARKER-500`), status: 502, code: "bad_gateway"},
 		{name: "transport", params: `{}`, base: deadURL, status: 502, code: "bad_gateway"},
 		{name: "ttfb", params: `{"ttfb_timeout":"50ms"}`, handle: slow, status: 504, code: "upstream_timeout"},
 	} {

@@ -46,7 +46,7 @@ func TestNIXLHandoff(t *testing.T) {
 	}
 }
 
-// ACCEPTANCE 167, 165, 142, 198
+// ACCEPTANCE 167, 165, 142, 198: 503 → 503 upstream_unavailable (it was 502).
 func TestReplies(t *testing.T) {
 	for _, tc := range []struct {
 		name, kv, reply string
@@ -62,7 +62,8 @@ func TestReplies(t *testing.T) {
 		{name: "nixl array", kv: "kv-nixl", reply: `{"kv_transfer_params":[1]}`, status: 200, code: "upstream_protocol_error"},
 		{name: "shared malformed ignored", kv: "kv-shared-storage", reply: `{"kv_transfer_params":"garbage"}`, status: 200, ok: true},
 		{name: "201 counts", kv: "kv-nixl", reply: nixlReply, status: 201, ok: true},
-		{name: "503", kv: "kv-nixl", reply: `{"error":{"message":"down"}}`, status: 503, code: "bad_gateway"},
+		{name: "503", kv: "kv-nixl", reply: `{"error":{"message":"down"}}`, status: 503, code: "upstream_unavailable"},
+		{name: "500", kv: "kv-nixl", reply: `{"error":{"message":"down"}}`, status: 500, code: "bad_gateway"},
 		{name: "422", kv: "kv-nixl", reply: `{"error":{"message":"max_tokens must be positive"}}`, status: 422, code: "upstream_rejected"},
 		{name: "200 not json", kv: "kv-shared-storage", reply: `not json`, status: 200, code: "bad_gateway"},
 	} {
@@ -86,6 +87,11 @@ func TestReplies(t *testing.T) {
 			e := engine.AsError(res.Err)
 			if e == nil || e.Code() != tc.code || run.State.KV.PrefillRan {
 				t.Fatalf("got %v (%s)", e, e.Code())
+			}
+			if tc.status == 503 { // PROTOCOL 12: 503 stays 503, with the default Retry-After
+				if e.HTTPStatus() != 503 || e.Type() != "server_error" || e.RetryAfter != engine.DefaultRetryAfter {
+					t.Fatalf("503: %d %s retry-after %d", e.HTTPStatus(), e.Type(), e.RetryAfter)
+				}
 			}
 			if tc.status == 422 {
 				e.Node = "prefill"

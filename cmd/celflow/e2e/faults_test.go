@@ -5,6 +5,7 @@ package e2e
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"net/http"
 	"strings"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/celflow/celflow/cmd/internal/demo"
 )
 
 // faultCase injects a fault on one role through the simulators'
@@ -41,15 +44,18 @@ func TestFaults(t *testing.T) {
 		"decode": {"ttfb_timeout": "1s"}, "prefill": {"ttfb_timeout": "1s", "idle_timeout": "300ms", "body_timeout": "500ms"},
 	}})
 	cases := []faultCase{
-		{name: "decode 503 is 502 bad_gateway", fault: "decode:status=503", status: 502, typ: "upstream_error", code: "bad_gateway",
+		// PROTOCOL 12 as changed this round: a 503 stays 503 with Retry-After (it was 502).
+		{name: "decode 503 is 503 upstream_unavailable", fault: "decode:status=503", status: 503, typ: "server_error", code: "upstream_unavailable",
+			msgHas: "decode", msgLacks: "simulated fault", prefillLegs: 1, decodeLegs: 1},
+		{name: "decode 500 is 502 bad_gateway", fault: "decode:status=500", status: 502, typ: "upstream_error", code: "bad_gateway",
 			msgHas: "decode", msgLacks: "simulated fault", prefillLegs: 1, decodeLegs: 1},
 		{name: "decode 400 OpenAI error is 400 with its message", fault: "decode:status=400", status: 400,
 			typ: "invalid_request_error", code: "upstream_rejected", msgHas: "decode rejected the request: HTTP 400: simulated fault on decode",
 			prefillLegs: 1, decodeLegs: 1},
 		{name: "decode slow headers is 504 upstream_timeout", fault: "decode:slow-headers=2s", status: 504,
 			typ: "timeout_error", code: "upstream_timeout", msgHas: "decode", prefillLegs: 1, decodeLegs: 1},
-		{name: "prefill 503 is retried, then 502", fault: "prefill:status=503", status: 502, typ: "upstream_error",
-			code: "bad_gateway", msgHas: "prefill", msgLacks: "simulated fault", prefillLegs: 3, decodeLegs: 0},
+		{name: "prefill 503 is retried, then 503", fault: "prefill:status=503", status: 503, typ: "server_error",
+			code: "upstream_unavailable", msgHas: "prefill", msgLacks: "simulated fault", prefillLegs: 3, decodeLegs: 0},
 		{name: "prefill 422 is not retried", fault: "prefill:status=422", status: 422, typ: "invalid_request_error",
 			code: "upstream_rejected", msgHas: "prefill rejected the request: HTTP 422", prefillLegs: 1, decodeLegs: 0},
 		{name: "prefill reset before headers is 502", fault: "prefill:reset-before-headers", status: 502,
@@ -92,6 +98,9 @@ func TestFaults(t *testing.T) {
 			if c.msgLacks != "" && strings.Contains(apiErr.Message, c.msgLacks) {
 				t.Errorf("message %q relays the upstream body (%q)", apiErr.Message, c.msgLacks)
 			}
+			if ra := apiErr.Response.Header.Get("Retry-After"); (c.status == 503) != (ra != "") {
+				t.Errorf("status %d with Retry-After %q", c.status, ra)
+			}
 			if got := apiErr.Response.Header.Get("X-Request-Id"); got != id {
 				t.Errorf("error reply x-request-id %q", got)
 			}
@@ -105,6 +114,31 @@ func TestFaults(t *testing.T) {
 			}
 		})
 	}
+
+	// Issue 10 (ACCEPTANCE 116, 193): an encoder whose descriptor names
+	// another hash than the one the leg sent as the part's uuid: 502
+	// upstream_protocol_error at encode, and neither prefill nor decode is
+	// sent, so the wrong descriptor reaches no worker.
+	t.Run("encoder reply keyed by another hash is 502, nothing sent on", func(t *testing.T) {
+		id := "e2e-fault-ec-key"
+		png := demo.SamplePNG(demo.SampleWidth, demo.SampleHeight)
+		_, err := st.client().Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+			Model: model, MaxTokens: openai.Int(4),
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage([]openai.ChatCompletionContentPartUnionParam{
+				openai.TextContentPart(prompt("wrong ec key")),
+				openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: "data:image/png;base64," + base64.StdEncoding.EncodeToString(png)}),
+			})},
+		}, reqOpts(id, option.WithHeader("X-Sim-Fault", "encode:ec-key=img_0_elsewhere"))...)
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 502 || apiErr.Code != "upstream_protocol_error" ||
+			!strings.HasPrefix(apiErr.Message, "encode[0]: ") || strings.Contains(apiErr.Message, "img_0_elsewhere") {
+			t.Fatalf("got %v", err)
+		}
+		legs := st.legs(id)
+		if e, p, d := len(of(legs, "encode")), len(of(legs, "prefill")), len(of(legs, "decode")); e != 1 || p != 0 || d != 0 {
+			t.Errorf("%d encode, %d prefill, %d decode legs, want 1, 0, 0:\n%s", e, p, d, describe(legs))
+		}
+	})
 
 	// ACCEPTANCE 179: decode resets mid-stream after the reply started: the
 	// client sees a broken stream, not a clean end.

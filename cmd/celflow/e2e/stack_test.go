@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -93,7 +94,11 @@ func startStack(t *testing.T, o stackOpts) *stack {
 	var cfg strings.Builder
 	cfg.WriteString("server:\n")
 	for k, v := range server {
-		fmt.Fprintf(&cfg, "  %s: %q\n", k, v)
+		if _, err := strconv.Atoi(v); err == nil {
+			fmt.Fprintf(&cfg, "  %s: %s\n", k, v) // an integer key (max_request_body_size)
+		} else {
+			fmt.Fprintf(&cfg, "  %s: %q\n", k, v)
+		}
 	}
 	fmt.Fprintf(&cfg, "upstream:\n%stelemetry:\n  log_level: info\n  log_format: json\nworkflow: ./workflow.yaml\n", up)
 	cfgPath := filepath.Join(st.dir, "celflow.yaml")

@@ -85,6 +85,12 @@ func Run(opts Options, stdout, stderr io.Writer) int {
 		return code
 	}
 	fmt.Fprintf(stdout, "\nall %d requests took the expected path in %s\n", len(cases), time.Since(start).Round(time.Millisecond))
+	if !opts.Serve {
+		if code = RunAsync(stdout); code != 0 {
+			fmt.Fprintln(stdout, "\ndemo failed: the async part")
+			return code
+		}
+	}
 	if opts.Serve {
 		serveUntilSignal(stdout, st, opts.Model)
 	}

@@ -29,6 +29,10 @@ type StackOptions struct {
 	Listen string
 	// TTFT and ITL are every simulated worker's latencies.
 	TTFT, ITL time.Duration
+	// RedisURL, when set, adds the async machinery (builtin back end, GET and
+	// DELETE /v1/requests/{id}, a dispatcher); the workflow should start with
+	// an async-broker (epd-async.yaml).
+	RedisURL string
 	// Log receives celflow's logs (nodes log through logrus's standard
 	// logger, which the caller configures); nil discards the front's.
 	Log *logrus.Logger
@@ -54,6 +58,7 @@ type Stack struct {
 	Reports *Reports // every finished request's engine.Report, by request id
 
 	httpServers []*http.Server
+	async       *asyncPart
 	cancel      context.CancelFunc
 	frontDone   chan int
 }
@@ -114,6 +119,11 @@ func Start(opts StackOptions) (st *Stack, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("upstream: %w", err)
 	}
+	if opts.RedisURL != "" {
+		if st.async, err = newAsyncPart(opts.RedisURL); err != nil {
+			return nil, fmt.Errorf("async: %w", err)
+		}
+	}
 	src, err := Workflow(opts.Workflow, Overrides{RenderAddress: st.Worker(sim.RoleRender).URL, AllowLoopback: true})
 	if err != nil {
 		return nil, err
@@ -144,7 +154,11 @@ func Start(opts StackOptions) (st *Stack, err error) {
 		WriteTimeout: srvDefaults.WriteTimeout,
 		// In-process and on loopback: no load balancer to drain from.
 		DrainDelay: 0, ShutdownTimeout: 5 * time.Second,
+		Routes: st.async.routes(),
 	})
+	if st.async != nil {
+		st.async.start(fr.Handler(), client)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st.cancel = cancel
 	go func() { st.frontDone <- fr.Run(ctx) }()
@@ -204,6 +218,7 @@ func (st *Stack) waitReady(within time.Duration) error {
 // returns celflow's exit code (0: everything drained).
 func (st *Stack) Close() int {
 	code := 0
+	st.async.close()
 	if st.cancel != nil {
 		st.cancel()
 		select {

@@ -74,6 +74,8 @@ type wireBody struct {
 	BootstrapPort optInt          `json:"bootstrap_port"`
 	BootstrapRoom json.RawMessage `json:"bootstrap_room"`
 	RequestID     *string         `json:"request_id"`
+	// CacheHitThreshold: vLLM RFC #24256, chat and completions only.
+	CacheHitThreshold *float64 `json:"cache_hit_threshold"`
 }
 
 // bootstrap is SGLang's PD rendezvous (PROTOCOL.md section 9).
@@ -98,6 +100,9 @@ type request struct {
 	EC           map[string]json.RawMessage
 	Bootstrap    *bootstrap
 	RequestID    string // body request_id
+	// CacheHitThreshold is the request's cache_hit_threshold (chat and
+	// completions), nil when absent; always within 0..1.
+	CacheHitThreshold *float64
 }
 
 // parseRequest reads a worker body the way vLLM's endpoint for f would.
@@ -120,6 +125,12 @@ func parseRequest(f format, body []byte) (*request, error) {
 		r.RequestID = *b.RequestID
 	}
 	r.Stream = string(bytes.TrimSpace(b.Stream)) == "true"
+	if t := b.CacheHitThreshold; t != nil && f != fmtGenerate {
+		if *t < 0 || *t > 1 {
+			return nil, fmt.Errorf("cache_hit_threshold: must be between 0 and 1, got %v", *t)
+		}
+		r.CacheHitThreshold = t
+	}
 	r.IncludeUsage = r.Stream && b.StreamOptions != nil && b.StreamOptions.IncludeUsage
 	var err error
 	var n optInt

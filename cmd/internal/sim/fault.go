@@ -25,6 +25,7 @@ type Fault struct {
 	SlowHeaders        time.Duration // wait this long before the status line
 	StallBody          time.Duration // JSON replies: headers, then this silence before the body
 	Trickle            time.Duration // JSON replies: headers, then the body one byte per interval
+	ECKey              string        // encode: key every ec_transfer_params descriptor by this, not the item's hash
 	Delay              time.Duration // wait this long before any work
 	TTFT, ITL          *time.Duration
 	Times              int // flag faults only: fire this many times, 0 = always
@@ -32,7 +33,7 @@ type Fault struct {
 
 // ParseFaults parses "[role:]action[,action...][; ...]" where an action is
 // status=N, reset-before-headers, reset-mid-stream, slow-headers=D, delay=D,
-// stall-body=D, trickle=D, ttft=D, itl=D or times=N.
+// stall-body=D, trickle=D, ec-key=K, ttft=D, itl=D or times=N.
 func ParseFaults(spec string) ([]Fault, error) {
 	var out []Fault
 	for _, group := range strings.Split(spec, ";") {
@@ -87,6 +88,10 @@ func (f *Fault) set(action string) error {
 		f.ResetMidStream = f.ResetMidStream || name == "reset-mid-stream"
 	case "slow-headers":
 		f.SlowHeaders, err = dur()
+	case "ec-key":
+		if f.ECKey = val; val == "" || strings.ContainsAny(val, ",;") {
+			return fmt.Errorf("ec-key: want a hash, got %q", val)
+		}
 	case "stall-body":
 		f.StallBody, err = dur()
 	case "trickle":
@@ -119,6 +124,9 @@ func (f Fault) merge(o Fault) Fault {
 	f.ResetMidStream = f.ResetMidStream || o.ResetMidStream
 	f.SlowHeaders = max(f.SlowHeaders, o.SlowHeaders)
 	f.StallBody = max(f.StallBody, o.StallBody)
+	if o.ECKey != "" {
+		f.ECKey = o.ECKey
+	}
 	f.Trickle = max(f.Trickle, o.Trickle)
 	f.Delay = max(f.Delay, o.Delay)
 	if o.TTFT != nil {
@@ -147,6 +155,9 @@ func (f Fault) String() string {
 	}
 	if f.StallBody > 0 {
 		a = append(a, "stall-body="+f.StallBody.String())
+	}
+	if f.ECKey != "" {
+		a = append(a, "ec-key="+f.ECKey)
 	}
 	if f.Trickle > 0 {
 		a = append(a, "trickle="+f.Trickle.String())

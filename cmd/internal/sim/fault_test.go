@@ -25,6 +25,8 @@ func TestParseFaults(t *testing.T) {
 		{"render:delay=2s,ttft=2s", []Fault{{Role: RoleRender, Delay: d, TTFT: &d}}, ""},
 		{"prefill:stall-body=2s; encode:trickle=2s", []Fault{{Role: RolePrefill, StallBody: d}, {Role: RoleEncode, Trickle: d}}, ""},
 		{"trickle=0s", nil, "positive"},
+		{"encode:ec-key=img_0_a1", []Fault{{Role: RoleEncode, ECKey: "img_0_a1"}}, ""},
+		{"ec-key=", nil, "ec-key"},
 		{"", nil, ""},
 		{"status=99", nil, "status"},
 		{"gateway:status=500", nil, "unknown role"},

@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +25,8 @@ type GatewayConfig struct {
 	PrefixCacheSize int // per decode member; default 4096
 	RecordLimit     int // default 1024
 	RecordBodyLimit int // default 1 MiB
+	// UpstreamTLS verifies https:// members (nil: the system roots).
+	UpstreamTLS *tls.Config
 }
 
 // Gateway routes by EPP-Profile to round-robin pool members through a
@@ -99,7 +102,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
 		FlushInterval:  -1,
-		Transport:      &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second},
+		Transport:      &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second, TLSClientConfig: cfg.UpstreamTLS},
 		ModifyResponse: g.learn,
 		ErrorHandler:   g.proxyError,
 	}

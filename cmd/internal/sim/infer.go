@@ -27,7 +27,14 @@ func (w *Worker) infer(f format) func(*call) {
 			return
 		}
 		p := req.Prompt
-		if role == RoleDecode && preferIfAvailable(c.r.Header) {
+		if role == RoleDecode && req.CacheHitThreshold != nil && req.KV == nil {
+			// Worker-decided conditional decode (vLLM RFC #24256): the
+			// threshold rules, Prefer is ignored as vLLM ignores it. A
+			// disaggregated leg (kv_transfer_params) is never judged.
+			if !w.thresholdMet(c, p) {
+				return
+			}
+		} else if role == RoleDecode && preferIfAvailable(c.r.Header) {
 			// Conditional decode: only serve what the prefix cache holds.
 			if !w.prefix.Hit(p) {
 				c.cache = "miss"

@@ -192,6 +192,9 @@ func (w *Worker) encodeItems(c *call, p promptInfo) any {
 			key = u[seen[it.Modality]]
 		}
 		seen[it.Modality]++
+		if c.fault.ECKey != "" { // a faulty encoder: the descriptor names another item
+			key = c.fault.ECKey
+		}
 		size := it.Length * 8192
 		w.ec.put(key, size)
 		out[key] = ecDescriptor{

@@ -290,12 +290,14 @@ func TestTokensMatchParts(t *testing.T) {
 func TestEncodeKeysByUUID(t *testing.T) {
 	_, enc := startWorker(t, Config{Name: "e1", Roles: []Role{RoleEncode}})
 	img := dataURI(make([]byte, 4096))
-	for _, tc := range []struct{ uuid, want string }{
-		{`,"uuid":"img_1_b2"`, "img_1_b2"},
-		{``, MediaHash(make([]byte, 4096))},
+	for _, tc := range []struct{ uuid, fault, want string }{
+		{`,"uuid":"img_1_b2"`, "", "img_1_b2"},
+		{``, "", MediaHash(make([]byte, 4096))},
+		{`,"uuid":"img_1_b2"`, "ec-key=img_0_a1", "img_0_a1"}, // the faulty encoder of issue 10
 	} {
 		body := `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + img + `"}` + tc.uuid + `}]}],"max_tokens":1}`
-		status, _, b := post(t, enc.URL+"/v1/chat/completions", body, "EPP-Profile: encode")
+		hdr := FaultHeader + ": " + tc.fault
+		status, _, b := post(t, enc.URL+"/v1/chat/completions", body, "EPP-Profile: encode", hdr)
 		var r struct {
 			EC map[string]json.RawMessage `json:"ec_transfer_params"`
 		}

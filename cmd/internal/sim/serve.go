@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -20,17 +21,34 @@ const DefaultKeepAlive = 5 * time.Second
 // serves h until ctx ends; then it shuts down, giving in-flight requests up
 // to 5 s. keepAlive is the idle timeout of client connections.
 func Serve(ctx context.Context, addr string, h http.Handler, out io.Writer, keepAlive time.Duration) error {
+	return ServeTLS(ctx, addr, h, out, keepAlive, nil)
+}
+
+// ServeTLS is Serve with TLS when conf is set (HTTP/1.1 only, as vLLM's
+// uvicorn serves it); the first line then reads `listening on https://…`.
+func ServeTLS(ctx context.Context, addr string, h http.Handler, out io.Writer, keepAlive time.Duration, conf *tls.Config) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: keepAlive}
-	if _, err := fmt.Fprintf(out, "listening on http://%s\n", ln.Addr()); err != nil {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: keepAlive, TLSConfig: conf,
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}}
+	scheme := "http"
+	if conf != nil {
+		scheme = "https"
+	}
+	if _, err := fmt.Fprintf(out, "listening on %s://%s\n", scheme, ln.Addr()); err != nil {
 		ln.Close()
 		return err
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() {
+		if conf != nil {
+			errc <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		errc <- srv.Serve(ln)
+	}()
 	select {
 	case err := <-errc:
 		return err

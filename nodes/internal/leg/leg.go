@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -100,32 +99,25 @@ func Send(ctx context.Context, x *engine.Exec, c *upstream.Client, base string, 
 
 func is2xx(code int) bool { return code >= 200 && code < 300 }
 
-// Reject classifies a non-2xx answer and closes its body: a 4xx becomes
-// KindUpstreamRejected with the status and the relayed OpenAI message (≤ 512
-// bytes); anything else becomes KindBadGateway. The body (≤ 8 KiB) goes to
+// Reject classifies a non-2xx answer and closes its body: a 503 becomes
+// KindUpstreamUnavailable with its Retry-After; a 4xx KindUpstreamRejected
+// with the status, the relayed OpenAI message (≤ 512 bytes) and string
+// param; anything else KindBadGateway. The body (≤ 8 KiB) goes to
 // the log with the request id, never to the client.
 func Reject(x *engine.Exec, resp *http.Response) *engine.Error {
 	return reject(x, "upstream", resp)
 }
 
 func reject(x *engine.Exec, name string, resp *http.Response) *engine.Error {
-	msg, body := upstream.ErrorInfo(resp)
+	er := upstream.ReadError(resp)
 	code := resp.StatusCode
 	Log(x).WithFields(logrus.Fields{
 		"http.response.status_code": code,
-		"upstream_body":             string(body),
+		"upstream_body":             string(er.Body),
 	}).Warn("upstream answered with an error status")
-	if code >= 400 && code < 500 {
-		return &engine.Error{
-			Kind: engine.KindUpstreamRejected, Item: -1, Status: code,
-			Msg:         "rejected the request: HTTP " + strconv.Itoa(code),
-			UpstreamMsg: engine.CutUTF8(msg, 512),
-		}
-	}
-	return &engine.Error{
-		Kind: engine.KindBadGateway, Item: -1, Status: code,
-		Msg: "upstream answered HTTP " + strconv.Itoa(code),
-	}
+	// engine.UpstreamStatus is the one status mapping (PROTOCOL 12): 503
+	// keeps its status and Retry-After, a 4xx its message and string param.
+	return engine.UpstreamStatus(code, engine.CutUTF8(er.Msg, 512), er.Param, er.RetryAfter)
 }
 
 // ReadJSON reads a 2xx body (at most limit bytes, decompressed) and requires
@@ -146,8 +138,9 @@ func ReadJSON(x *engine.Exec, resp *http.Response, limit int64) ([]byte, *engine
 }
 
 // ReadBody reads a 2xx body (at most limit bytes, decompressed; an expired
-// idle_timeout or body_timeout is KindUpstreamTimeout) without judging it, for callers that parse it with jsonb at once and would
-// otherwise scan it twice; they report a syntax error with Unparseable.
+// idle_timeout or body_timeout is KindUpstreamTimeout) without judging it,
+// for callers that parse it with jsonb at once and would otherwise scan it
+// twice; they report a syntax error with Unparseable.
 func ReadBody(x *engine.Exec, resp *http.Response, limit int64) ([]byte, *engine.Error) {
 	b, err := upstream.ReadBody(resp, limit)
 	if err != nil {

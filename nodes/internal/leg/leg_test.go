@@ -28,7 +28,15 @@ func sendTo(t *testing.T, ctx context.Context, base string, ttfb time.Duration) 
 	return leg.Send(ctx, x, c, base, l)
 }
 
-// ACCEPTANCE 109, 110, 142, 152, 195, 196, 197, 199
+func withHeader(k, v string, h func(http.ResponseWriter, *http.Request, legtest.Call)) func(http.ResponseWriter, *http.Request, legtest.Call) {
+	return func(w http.ResponseWriter, r *http.Request, c legtest.Call) {
+		w.Header().Set(k, v)
+		h(w, r, c)
+	}
+}
+
+// ACCEPTANCE 109, 110, 142, 152, 195, 196, 197, 199 (503 → 503 with
+// Retry-After and a 4xx param kept: PROTOCOL 12 as changed this round)
 func TestSendClassifies(t *testing.T) {
 	long := strings.Repeat("é", 10<<10) // 20 KiB message
 	dead := legtest.NewWorker(t, nil)
@@ -44,6 +52,8 @@ func TestSendClassifies(t *testing.T) {
 		upMsg     string
 		clientHas string
 		clientNot string
+		param     string
+		retry     int // Retry-After of the error (seconds)
 	}{
 		{name: "422 openai error", handle: legtest.JSON(422, `{"error":{"message":"max_tokens must be positive","type":"x"}}`),
 			kind: engine.KindUpstreamRejected, status: 422, upMsg: "max_tokens must be positive",
@@ -55,7 +65,27 @@ func TestSendClassifies(t *testing.T) {
 		{name: "400 long message cut", handle: legtest.JSON(400, `{"error":{"message":"`+long+`"}}`),
 			kind: engine.KindUpstreamRejected, status: 400},
 		{name: "503", handle: legtest.JSON(503, `{"error":{"message":"SECRET-MARKER"}}`),
-			kind: engine.KindBadGateway, status: 503, clientNot: "SECRET-MARKER"},
+			kind: engine.KindUpstreamUnavailable, status: 503, clientNot: "SECRET-MARKER", retry: 1},
+		{name: "503 retry-after kept", handle: withHeader("Retry-After", "12", legtest.JSON(503, `{}`)),
+			kind: engine.KindUpstreamUnavailable, status: 503, retry: 12},
+		{name: "503 retry-after date", handle: withHeader("Retry-After", time.Now().Add(90*time.Second).UTC().Format(http.TimeFormat), legtest.JSON(503, `{}`)),
+			kind: engine.KindUpstreamUnavailable, status: 503, retry: -90},
+		{name: "503 retry-after negative", handle: withHeader("Retry-After", "-5", legtest.JSON(503, `{}`)),
+			kind: engine.KindUpstreamUnavailable, status: 503, retry: 1},
+		{name: "500", handle: legtest.JSON(500, `{"error":{"message":"SECRET-MARKER"}}`),
+			kind: engine.KindBadGateway, status: 500, clientNot: "SECRET-MARKER"},
+		{name: "429 keeps retry-after", handle: withHeader("Retry-After", "4", legtest.JSON(429, `{"error":{"message":"slow down"}}`)),
+			kind: engine.KindUpstreamRejected, status: 429, upMsg: "slow down", retry: 4},
+		{name: "429 bogus retry-after dropped", handle: withHeader("Retry-After", "soon", legtest.JSON(429, `{}`)),
+			kind: engine.KindUpstreamRejected, status: 429},
+		{name: "400 nested param", handle: legtest.JSON(400, `{"error":{"param":"messages","message":"context too long","type":"BadRequestError"}}`),
+			kind: engine.KindUpstreamRejected, status: 400, upMsg: "context too long", param: "messages"},
+		{name: "400 flat param", handle: legtest.JSON(400, `{"object":"error","message":"context too long","type":"BadRequestError","param":"messages","code":400}`),
+			kind: engine.KindUpstreamRejected, status: 400, upMsg: "context too long", param: "messages"},
+		{name: "400 non-string param", handle: legtest.JSON(400, `{"error":{"message":"m","param":{"x":1}}}`),
+			kind: engine.KindUpstreamRejected, status: 400, upMsg: "m"},
+		{name: "400 param without message", handle: legtest.JSON(400, `{"error":{"param":"messages"}}`),
+			kind: engine.KindUpstreamRejected, status: 400},
 		{name: "transport", base: deadURL, kind: engine.KindBadGateway, clientHas: "prefill: upstream unreachable"},
 		{name: "ttfb", handle: func(w http.ResponseWriter, r *http.Request, _ legtest.Call) {
 			select {
@@ -82,6 +112,12 @@ func TestSendClassifies(t *testing.T) {
 			}
 			if tc.upMsg != "" && e.UpstreamMsg != tc.upMsg {
 				t.Fatalf("upstream msg %q", e.UpstreamMsg)
+			}
+			if e.Param != tc.param {
+				t.Fatalf("param %q, want %q", e.Param, tc.param)
+			}
+			if want := tc.retry; (want >= 0 && e.RetryAfter != want) || (want < 0 && (e.RetryAfter < -want-2 || e.RetryAfter > -want+1)) {
+				t.Fatalf("Retry-After %d, want %d", e.RetryAfter, tc.retry) // negative: about -want (an HTTP-date)
 			}
 			if len(e.UpstreamMsg) > 512 {
 				t.Fatalf("upstream msg is %d bytes", len(e.UpstreamMsg))

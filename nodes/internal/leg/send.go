@@ -27,6 +27,7 @@ func NewLeg(x *engine.Exec, role upstream.Role, path string, body *jsonb.Body, t
 	if x.Run != nil && x.Run.Req != nil {
 		l.Header = x.Run.Req.Header
 		l.ReqID = x.Run.Req.ID
+		l.Extra = x.Run.LegHeader
 	}
 	return l
 }

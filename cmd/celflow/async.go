@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/sirupsen/logrus"
+
+	"github.com/celflow/celflow/connectors/async"
+	"github.com/celflow/celflow/engine/config"
+	"github.com/celflow/celflow/engine/front"
+	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/nodes/asyncbroker"
+)
+
+// asyncSetup is the process's async machinery built from the serve
+// config's `async` object: installed before the workflow loads (so the
+// async-broker node finds it), routes for the front, and the dispatcher
+// started once the front exists.
+type asyncSetup struct {
+	rt      *asyncbroker.Runtime
+	builtin *async.Builtin
+	rdb     *redis.Client
+	cfg     config.Async
+	up      atomic.Pointer[upstream.Client] // what the gate reads; swapped on reload
+}
+
+// newAsync builds and installs the runtime; nil when async is off.
+func newAsync(a config.Async, reg prometheus.Registerer, log *logrus.Logger) (*asyncSetup, error) {
+	if !a.Enabled() {
+		asyncbroker.Install(nil)
+		return nil, nil
+	}
+	opt, err := redis.ParseURL(a.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("async.redis_url: %v", err)
+	}
+	rdb := redis.NewClient(opt)
+	var backend async.Backend
+	var b *async.Builtin
+	switch a.Backend {
+	case "llm-d-async":
+		// An llm-d-async processor drains the queues; no dispatcher here.
+		backend = async.NewLLMD(rdb, async.LLMDConfig{Grace: a.FetchGrace, DB: opt.DB})
+	default:
+		b = async.NewBuiltin(rdb, async.BuiltinConfig{Prefix: a.KeyPrefix, Queues: a.Queues, Lanes: a.Tiers,
+			ResultTTL: a.ResultTTL, Grace: a.FetchGrace, MaxDeliveries: a.MaxDeliveries, Lease: a.Lease,
+			TenantBacklog: a.TenantBacklog, QueueBacklog: a.QueueBacklog})
+		backend = b
+	}
+	rt := asyncbroker.NewRuntime(backend, asyncbroker.Settings{Queues: a.Queues, Tiers: a.Tiers,
+		WaitDefault: a.WaitTimeout, WaitMax: a.WaitMax, EnqueueDefault: a.EnqueueTimeout, WaitCap: a.WaitCap,
+		PollInterval: a.PollInterval, MaxInlineBytes: a.MaxInlineBytes}, asyncbroker.NewMetrics(reg), log)
+	asyncbroker.Install(rt)
+	return &asyncSetup{rt: rt, builtin: b, rdb: rdb, cfg: a}, nil
+}
+
+// routes are GET and DELETE /v1/requests/{id}.
+func (s *asyncSetup) routes() []front.Route {
+	if s == nil {
+		return nil
+	}
+	return []front.Route{
+		{Path: asyncbroker.PathRequests, Methods: []string{"GET"}, Handler: s.rt.GetHandler(front.PathVar)},
+		{Path: asyncbroker.PathRequests, Methods: []string{"DELETE"}, Handler: s.rt.DeleteHandler(front.PathVar)},
+	}
+}
+
+// InFlight implements asyncbroker.InFlightView over the live upstream client.
+func (s *asyncSetup) InFlight(role string) int64 {
+	if up := s.up.Load(); up != nil {
+		return up.InFlight(upstream.Role(role))
+	}
+	return 0
+}
+
+// dispatch runs the dispatcher until ctx ends (builtin, when enabled),
+// creating the consumer groups first (retried while Redis is away).
+func (s *asyncSetup) dispatch(ctx context.Context, srv *front.Server, drain time.Duration, log *logrus.Logger) {
+	if s == nil || s.builtin == nil || !s.cfg.Dispatcher {
+		return
+	}
+	for {
+		err := s.builtin.Ensure(ctx)
+		if err == nil {
+			break
+		}
+		log.WithError(err).Warn("async: cannot create the consumer groups; retrying")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+	}
+	d := asyncbroker.NewDispatcher(s.rt, s.builtin, asyncbroker.DispatcherOptions{
+		Handler: srv.Handler(), View: s, Budget: s.cfg.Budget, Concurrency: s.cfg.Concurrency})
+	d.Run(ctx, drain)
+}
+
+func (s *asyncSetup) close() {
+	if s == nil {
+		return
+	}
+	_ = s.rt.Backend.Close()
+	_ = s.rdb.Close()
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/celflow/celflow/cmd/internal/sim"
+	"github.com/celflow/celflow/connectors/async"
+	"github.com/celflow/celflow/connectors/async/redistest"
+)
+
+// The llm-d-async back end end to end: celflow serve queues in section 3's
+// format; a minimal processor written from ASYNC.md section 3 (ZPOPMIN,
+// dispatch to a `celflow sim` decode worker, LPUSH the result record, clear
+// the marker if the token matches) drains it; celflow serves the result.
+func TestServeLLMDAsyncBackend(t *testing.T) {
+	rs := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer rdb.Close()
+	w, err := sim.NewWorker(sim.Config{Roles: []sim.Role{sim.RoleDecode}, SharedDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker := httptest.NewServer(w)
+	defer worker.Close()
+
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "serve.yaml", `
+server: {listen: "127.0.0.1:0", drain_delay: 0s, shutdown_timeout: 2s}
+upstream: {gateway: "`+worker.URL+`"}
+async:
+  redis_url: `+rs.URL()+`
+  backend: llm-d-async
+  queues: [request-sortedset]
+  poll_interval: 100ms
+workflow:
+  apiVersion: celflow/v1
+  kind: Workflow
+  metadata: {name: llmd-async}
+  nodes:
+    - id: async
+      type: async-broker
+      params: {default_queue: request-sortedset}
+    - id: decode
+      type: decode
+      needs: [{node: async, if: outcome.status == "succeeded"}]
+`)
+	logs := &syncBuf{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	exit := make(chan int, 1)
+	go func() { exit <- runServe(ctx, []string{"--config", cfg, "--log-format", "json"}, logs, noEnv, nil) }()
+	addr := servingAddr(t, logs, exit)
+
+	// The processor.
+	procCtx, stopProc := context.WithCancel(ctx)
+	defer stopProc()
+	go func() {
+		for procCtx.Err() == nil {
+			z, err := rdb.ZPopMin(procCtx, "request-sortedset", 1).Result()
+			if err != nil || len(z) == 0 {
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			var env async.Envelope
+			if json.Unmarshal([]byte(z[0].Member.(string)), &env) != nil {
+				continue
+			}
+			member := env.Data.ID
+			rec := async.ResultRecord{ID: member, RequestToken: env.Internal.RequestToken}
+			if rdb.Get(procCtx, "request-cancel:"+member).Val() == env.Internal.RequestToken {
+				rec.ErrorCode, rec.ErrorMessage = async.CodeCancelled, "cancelled"
+			} else {
+				req, _ := http.NewRequest("POST", worker.URL+env.Data.Endpoint, bytes.NewReader(env.Data.Payload))
+				for k, v := range env.Data.Headers {
+					req.Header.Set(k, v)
+				}
+				req.Header.Set("Content-Type", "application/json")
+				if resp, err := http.DefaultClient.Do(req); err != nil {
+					rec.ErrorCode, rec.ErrorMessage = async.CodeInference, err.Error()
+				} else {
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					rec.StatusCode, rec.Payload = resp.StatusCode, string(b)
+				}
+			}
+			out, _ := json.Marshal(rec)
+			rdb.LPush(procCtx, env.Internal.ResultQueueName, out)
+			rdb.Expire(procCtx, env.Internal.ResultQueueName, time.Hour)
+			if rdb.Get(procCtx, "request-active:"+member).Val() == env.Internal.RequestToken {
+				rdb.Del(procCtx, "request-active:"+member)
+			}
+		}
+	}()
+
+	do := func(method, path, body string, h ...string) (int, string) {
+		req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+		for i := 0; i+1 < len(h); i += 2 {
+			req.Header.Set(h[i], h[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	chat := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+	if st, b := do("POST", "/v1/chat/completions", chat, "X-AP-Mode", "enqueue", "x-request-id", "llmd-1", "X-Team", "t1"); st != 202 {
+		t.Fatalf("enqueue %d %s", st, b)
+	}
+	if st, b := do("GET", "/v1/requests/llmd-1?wait=10", "", "X-Team", "t1"); st != 200 || !strings.Contains(b, "chatcmpl-") {
+		t.Fatalf("result %d %s", st, b)
+	}
+	// Wait mode wakes on the processor's result.
+	if st, b := do("POST", "/v1/chat/completions", chat, "x-llm-d-async-mode", "wait", "x-request-id", "llmd-2"); st != 200 || !strings.Contains(b, "chatcmpl-") {
+		t.Fatalf("wait %d %s", st, b)
+	}
+	// Cancel before dispatch: the processor sees the cancel key.
+	stopProc() // no ZPOPMIN succeeds after this
+	do("POST", "/v1/chat/completions", chat, "x-llm-d-async-mode", "enqueue", "x-request-id", "llmd-3")
+	if st, _ := do("DELETE", "/v1/requests/llmd-3", ""); st != 204 {
+		t.Fatalf("delete %d", st)
+	}
+	if tok := rdb.Get(ctx, "request-cancel:default:llmd-3").Val(); tok == "" {
+		t.Fatal("no cancel key after DELETE")
+	}
+	if st, b := do("GET", "/metrics", ""); st != 200 || !strings.Contains(b, `celflow_async_submits_total{outcome="created"} 3`) {
+		t.Errorf("metrics %d:\n%.2000s", st, b)
+	}
+	cancel()
+	if code := <-exit; code != 0 {
+		t.Fatalf("serve exited %d", code)
+	}
+}
+
+// servingAddr waits for the "celflow is serving" line.
+func servingAddr(t *testing.T, logs *syncBuf, exit chan int) string {
+	t.Helper()
+	for i := 0; i < 1000; i++ {
+		select {
+		case code := <-exit:
+			t.Fatalf("serve exited %d: %s", code, logs.String())
+		default:
+		}
+		for _, ln := range strings.Split(logs.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(ln), &m) == nil && m["msg"] == "celflow is serving" {
+				if a, _ := m["listen"].(string); a != "" {
+					return a
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("never listened: %s", logs.String())
+	return ""
+}

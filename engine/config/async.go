@@ -1,0 +1,93 @@
+package config
+
+import "time"
+
+// Async is the `async:` section (docs/async.md). Enabled when RedisURL is set.
+type Async struct {
+	RedisURL       string
+	Backend        string // builtin (default) or llm-d-async
+	KeyPrefix      string
+	Queues         []string
+	Tiers          []string
+	WaitTimeout    time.Duration
+	WaitMax        time.Duration
+	EnqueueTimeout time.Duration
+	WaitCap        time.Duration
+	FetchGrace     time.Duration
+	ResultTTL      time.Duration
+	MaxDeliveries  int
+	Lease          time.Duration
+	PollInterval   time.Duration
+	MaxInlineBytes int
+	TenantBacklog  int
+	QueueBacklog   int
+	Dispatcher     bool
+	Concurrency    int
+	Budget         int
+}
+
+// Enabled reports whether async requests are configured.
+func (a Async) Enabled() bool { return a.RedisURL != "" }
+
+func defaultAsync() Async {
+	return Async{
+		Backend:        "builtin",
+		KeyPrefix:      "celflow:async:",
+		Queues:         []string{"default"},
+		Tiers:          []string{"interactive", "async", "batch"},
+		WaitTimeout:    60 * time.Second,
+		WaitMax:        time.Hour,
+		EnqueueTimeout: time.Hour,
+		FetchGrace:     60 * time.Second,
+		ResultTTL:      24 * time.Hour,
+		MaxDeliveries:  3,
+		Lease:          30 * time.Second,
+		PollInterval:   time.Second,
+		MaxInlineBytes: 4 << 20,
+		TenantBacklog:  10000,
+		QueueBacklog:   100000,
+		Dispatcher:     true,
+		Concurrency:    16,
+		Budget:         8,
+	}
+}
+
+func (c *Config) decodeAsync(v values) {
+	a := defaultAsync()
+	v.str("/async/redis_url", &a.RedisURL)
+	v.str("/async/backend", &a.Backend)
+	v.str("/async/key_prefix", &a.KeyPrefix)
+	v.strs("/async/queues", &a.Queues)
+	v.strs("/async/tiers", &a.Tiers)
+	v.dur("/async/timeouts/wait", &a.WaitTimeout)
+	v.dur("/async/timeouts/wait_max", &a.WaitMax)
+	v.dur("/async/timeouts/enqueue", &a.EnqueueTimeout)
+	v.dur("/async/wait_cap", &a.WaitCap)
+	v.dur("/async/fetch_grace", &a.FetchGrace)
+	v.dur("/async/result_ttl", &a.ResultTTL)
+	v.int("/async/max_deliveries", &a.MaxDeliveries)
+	v.dur("/async/lease", &a.Lease)
+	v.dur("/async/poll_interval", &a.PollInterval)
+	v.int("/async/max_inline_bytes", &a.MaxInlineBytes)
+	v.int("/async/backlog/per_tenant", &a.TenantBacklog)
+	v.int("/async/backlog/per_queue", &a.QueueBacklog)
+	v.bool("/async/dispatcher/enabled", &a.Dispatcher)
+	v.int("/async/dispatcher/concurrency", &a.Concurrency)
+	v.int("/async/dispatcher/budget", &a.Budget)
+	c.Async = a
+}
+
+func (v values) strs(ptr string, dst *[]string) {
+	x, ok := v.d.Value(ptr)
+	if !ok {
+		return
+	}
+	items, _ := x.([]any)
+	out := make([]string, 0, len(items))
+	for _, it := range items {
+		if s, ok := it.(string); ok {
+			out = append(out, s)
+		}
+	}
+	*dst = out
+}
