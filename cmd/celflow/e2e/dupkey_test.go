@@ -3,14 +3,9 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
-	"time"
 )
 
 // Issue 10 (duplicate keys split the parse): a body that repeats a member
@@ -42,7 +37,7 @@ func TestDuplicateKeys(t *testing.T) {
 			st := startStack(t, stackOpts{gateway: gw})
 			for i, c := range cases {
 				id := "e2e-dupkey-" + modeName(gw) + "-" + string(rune('a'+i))
-				status, body := postRaw(t, st.url+c.path, id, c.body)
+				status, body := postRaw(t, st.url+c.path, id, []byte(c.body), nil)
 				var rep struct {
 					Error struct {
 						Message, Type, Code string
@@ -69,24 +64,4 @@ func TestDuplicateKeys(t *testing.T) {
 			}
 		})
 	}
-}
-
-// postRaw posts body exactly as given (duplicates cannot be marshalled).
-func postRaw(t *testing.T, url, id, body string) (int, []byte) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader([]byte(body)))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Request-Id", id)
-	resp, err := httpc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if got := resp.Header.Get("X-Request-Id"); got != id {
-		t.Errorf("reply x-request-id %q, want %q", got, id)
-	}
-	return resp.StatusCode, out
 }
