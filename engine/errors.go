@@ -43,6 +43,8 @@ const (
 // keeps its alignment (merges); values are explicit and never reused.
 const (
 	KindModelsUnavailable Kind = 32 // 503 upstream_error models_unavailable: GET /v1/models, no upstream answered
+	KindOverloaded        Kind = 33 // 429 rate_limit_error overloaded: admission bound reached, no room to wait
+	KindQueueTimeout      Kind = 34 // 429 rate_limit_error queue_timeout: waited admission.queue_timeout
 )
 
 // Error is celflow's typed error. Message must never contain an upstream
@@ -201,6 +203,8 @@ func (e *Error) HTTPStatus() int {
 		return 499 // never written: the client is gone; logs and metrics only
 	case KindModelsUnavailable:
 		return http.StatusServiceUnavailable
+	case KindOverloaded, KindQueueTimeout:
+		return http.StatusTooManyRequests
 	}
 	return http.StatusInternalServerError
 }
@@ -224,6 +228,9 @@ func (e *Error) Type() string {
 	}
 	if e.Kind == KindModelsUnavailable {
 		return "upstream_error"
+	}
+	if e.Kind == KindOverloaded || e.Kind == KindQueueTimeout {
+		return "rate_limit_error"
 	}
 	return "invalid_request_error"
 }
@@ -273,6 +280,10 @@ func (e *Error) Code() string {
 		return "invalid_framing"
 	case KindModelsUnavailable:
 		return "models_unavailable"
+	case KindOverloaded:
+		return "overloaded"
+	case KindQueueTimeout:
+		return "queue_timeout"
 	}
 	return "internal_error"
 }

@@ -44,6 +44,8 @@ func TestErrorTable(t *testing.T) {
 		{"panic / CEL runtime error", engine.Errorf(engine.KindInternal, ""), 500, "server_error", "internal_error"},
 		{"GET /v1/models, no upstream answered", engine.Errorf(engine.KindModelsUnavailable, ""), 503, "upstream_error", "models_unavailable"},
 		{"duplicate member name", engine.DuplicateKey("a.b", nil), 400, "invalid_request_error", "duplicate_key"},
+		{"admission: queue full", engine.Errorf(engine.KindOverloaded, ""), 429, "rate_limit_error", "overloaded"},
+		{"admission: queue timeout", engine.Errorf(engine.KindQueueTimeout, ""), 429, "rate_limit_error", "queue_timeout"},
 	} {
 		if s, ty, c := tc.err.HTTPStatus(), tc.err.Type(), tc.err.Code(); s != tc.status || ty != tc.typ || c != tc.code {
 			t.Errorf("%s: %d %s %s, want %d %s %s", tc.row, s, ty, c, tc.status, tc.typ, tc.code)

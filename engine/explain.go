@@ -13,10 +13,44 @@ import (
 // Assumption is what a stubbed node "does" in explain and in tests: an
 // upstream HTTP status (2xx succeeds, and answers the client when the node
 // responds; 4xx is an upstream rejection; 5xx a bad gateway), or a word:
-// succeeded, answered, failed (502), timed_out, panic.
+// succeeded, answered, failed (502), timed_out, panic. Attempts and Items
+// refine it: one assumption per attempt, or per fan-out item (each of
+// which may have Attempts); the last entry of either list repeats.
 type Assumption struct {
-	HTTP int
-	Word string
+	HTTP     int
+	Word     string
+	Attempts []Assumption
+	Items    []Assumption
+}
+
+// For is the plain assumption of one attempt (1-based) of one item (-1 for
+// a node that does not fan out).
+func (a Assumption) For(attempt, item int) Assumption {
+	if len(a.Items) > 0 && item >= 0 {
+		a = a.Items[min(item, len(a.Items)-1)]
+	}
+	if len(a.Attempts) > 0 {
+		a = a.Attempts[min(max(attempt, 1), len(a.Attempts))-1]
+	}
+	return a
+}
+
+// ParseAssumptions reads the CLI form: one assumption, or a comma-separated
+// list of them, one per attempt ("503,200": the retry succeeds).
+func ParseAssumptions(s string) (Assumption, error) {
+	parts := strings.Split(s, ",")
+	if len(parts) == 1 {
+		return ParseAssumption(s)
+	}
+	var a Assumption
+	for _, p := range parts {
+		x, err := ParseAssumption(strings.TrimSpace(p))
+		if err != nil {
+			return Assumption{}, err
+		}
+		a.Attempts = append(a.Attempts, x)
+	}
+	return a, nil
 }
 
 // ParseAssumption reads "412", "answered", "failed", ...
@@ -35,7 +69,20 @@ func ParseAssumption(s string) (Assumption, error) {
 }
 
 func (a Assumption) String() string {
-	if a.HTTP != 0 {
+	switch {
+	case len(a.Items) > 0:
+		parts := make([]string, len(a.Items))
+		for i, x := range a.Items {
+			parts[i] = x.String()
+		}
+		return "items[" + strings.Join(parts, " ") + "]"
+	case len(a.Attempts) > 0:
+		parts := make([]string, len(a.Attempts))
+		for i, x := range a.Attempts {
+			parts[i] = x.String()
+		}
+		return strings.Join(parts, ",")
+	case a.HTTP != 0:
 		return strconv.Itoa(a.HTTP)
 	}
 	return a.Word
@@ -73,11 +120,32 @@ func (w *Workflow) Explain(ctx context.Context, p Probe, assume map[string]Assum
 	_ = json.Unmarshal(p.Body, &hdr)
 	req.Model, req.Stream = hdr.Model, hdr.Stream == true
 	run := NewRun(ctx, req, discard{})
+	run.Stubbed = true
 	if p.Route == RouteGenerate {
+		// The front parses a generate body at entry (PROTOCOL 1.5): its own
+		// token_ids are T, whatever a stub would report.
+		toks, err := generateTokens(p.Body)
+		if err != nil {
+			return nil, err
+		}
 		run.State.Media = scanMedia(p.Route, p.Body)
-		run.State.Tokens = stubTokens(p)
+		run.State.Tokens = toks
 	}
 	return sw.Serve(run), nil
+}
+
+// generateTokens reads a generate body's token_ids as the front would need
+// them: an array of integers (the front's full validation, ranges and
+// features included, lives in engine/mm; explain only needs the count and
+// values CEL can see).
+func generateTokens(body []byte) (Tokens, error) {
+	var g struct {
+		TokenIDs *[]int64 `json:"token_ids"`
+	}
+	if err := json.Unmarshal(body, &g); err != nil || g.TokenIDs == nil {
+		return Tokens{}, fmt.Errorf("a generate request needs token_ids, an array of integers (the front answers 400 invalid_request without it)")
+	}
+	return Tokens{Known: true, IDs: *g.TokenIDs}, nil
 }
 
 func (w *Workflow) index(id string) int {
@@ -123,23 +191,24 @@ func (s *stub) Run(ctx context.Context, x *Exec) Result {
 	if err := ctx.Err(); err != nil {
 		return Result{Err: err}
 	}
+	a := s.a.For(x.Attempt, x.Index)
 	switch {
-	case s.a.Word == "panic":
+	case a.Word == "panic":
 		panic("assumed panic")
-	case s.a.Word == "failed":
+	case a.Word == "failed":
 		return Result{HTTPStatus: 502, Err: Errorf(KindBadGateway, "assumed failure")}
-	case s.a.Word == "timed_out":
+	case a.Word == "timed_out":
 		return Result{Err: Errorf(KindUpstreamTimeout, "assumed timeout")}
-	case s.a.HTTP >= 500:
-		return Result{HTTPStatus: s.a.HTTP, Err: UpstreamStatus(s.a.HTTP, "", "", 0)} // as a real leg would
-	case s.a.HTTP >= 300:
-		return Result{HTTPStatus: s.a.HTTP, Err: &Error{Kind: KindUpstreamRejected, Item: -1, Status: s.a.HTTP}}
+	case a.HTTP >= 500:
+		return Result{HTTPStatus: a.HTTP, Err: UpstreamStatus(a.HTTP, "", "", 0)} // as a real leg would
+	case a.HTTP >= 300:
+		return Result{HTTPStatus: a.HTTP, Err: &Error{Kind: KindUpstreamRejected, Item: -1, Status: a.HTTP}}
 	}
 	if x.Index < 0 { // effects once per node, not per item
 		s.effects(x.Run)
 	}
-	status := s.a.HTTP
-	if s.c.Responds && (s.a.Word == "answered" || s.a.HTTP != 0) {
+	status := a.HTTP
+	if s.c.Responds && (a.Word == "answered" || a.HTTP != 0) {
 		if status == 0 {
 			status = 200
 		}
@@ -170,6 +239,11 @@ func (s *stub) effects(r *Run) {
 }
 
 func stubTokens(p Probe) Tokens {
+	if p.Route == RouteGenerate {
+		if t, err := generateTokens(p.Body); err == nil {
+			return t
+		}
+	}
 	n := p.Tokens
 	if n <= 0 {
 		n = 16
@@ -304,6 +378,9 @@ func explainLine(o Outcome) string {
 	}
 	if o.Edge != "" {
 		parts = append(parts, "via "+o.Edge)
+	}
+	if o.Target != nil {
+		parts = append(parts, o.Target.Desc)
 	}
 	return strings.Join(parts, "; ")
 }

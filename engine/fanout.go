@@ -90,7 +90,7 @@ func (f *fan) item(k int) {
 	n, x := f.n, f.x
 	start := time.Now()
 	ictx, sp := f.rs.startSpan(f.ctx, n, k, start)
-	ix := &Exec{Run: x.Run, NodeID: x.NodeID, Attempt: x.Attempt, Index: k, Item: f.items[k], Span: sp}
+	ix := &Exec{Run: x.Run, NodeID: x.NodeID, Attempt: x.Attempt, Index: k, Item: f.items[k], Span: sp, Target: x.Target}
 	res := safeRun(ictx, n.node, ix)
 	o := &f.outs[k]
 	o.Start, o.Duration, o.HTTPStatus, o.Header, o.Outputs = start, time.Since(start), res.HTTPStatus, res.Header, res.Outputs

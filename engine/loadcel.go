@@ -39,6 +39,7 @@ func (c *compiler) cel() {
 		if sp.foreach != "" {
 			n.foreach = c.expr(sp.ptr+"/foreach", sp.foreach, celenv.ForEach)
 		}
+		n.targets = c.compileTargets(i, sp.targets)
 		for k := range sp.needs {
 			if ns := &sp.needs[k]; ns.cond != "" {
 				ns.expr = c.expr(ns.ifPtr, ns.cond, celenv.Edge)

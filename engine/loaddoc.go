@@ -42,6 +42,15 @@ type defaultsFieldsDoc struct {
 	Retry       *retryDoc                 `json:"retry"`
 }
 
+// targetDoc is one target rule of a node (target.go).
+type targetDoc struct {
+	schema.Pos
+	If      schema.Val[string]             `json:"if"`
+	Pool    schema.Val[string]             `json:"pool"`
+	Model   schema.Val[string]             `json:"model"`
+	Headers schema.Map[schema.Val[string]] `json:"headers"`
+}
+
 // nodeDoc is one entry of nodes:.
 type nodeDoc struct {
 	schema.Pos
@@ -57,6 +66,7 @@ type nodeDoc struct {
 	Join        schema.Val[string]        `json:"join"`
 	Timeout     schema.Val[time.Duration] `json:"timeout"`
 	Retry       *retryDoc                 `json:"retry"`
+	Target      []targetDoc               `json:"target"`
 }
 
 // needDoc is a need: a node id, or {node, if}.
@@ -109,13 +119,15 @@ type testRequestDoc struct {
 }
 
 type testExpectDoc struct {
-	Ran        []schema.Val[string] `json:"ran"`
-	Skipped    []schema.Val[string] `json:"skipped"`
-	Omitted    []schema.Val[string] `json:"omitted"`
-	Failed     []schema.Val[string] `json:"failed"`
-	AnsweredBy schema.Val[string]   `json:"answered_by"`
-	Status     schema.Val[int]      `json:"status"`
-	Code       schema.Val[string]   `json:"code"`
+	Ran        []schema.Val[string]        `json:"ran"`
+	Skipped    []schema.Val[string]        `json:"skipped"`
+	Omitted    []schema.Val[string]        `json:"omitted"`
+	Failed     []schema.Val[string]        `json:"failed"`
+	AnsweredBy schema.Val[string]          `json:"answered_by"`
+	Status     schema.Val[int]             `json:"status"`
+	Code       schema.Val[string]          `json:"code"`
+	Attempts   schema.Map[schema.Val[int]] `json:"attempts"`
+	Targets    schema.Map[schema.Val[any]] `json:"targets"`
 }
 
 // list returns one of the expect lists by its key (expectLists), and

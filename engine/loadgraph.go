@@ -185,6 +185,9 @@ func (c *compiler) reads(anc []graph.Set) {
 	for i, n := range nodes {
 		sp := c.specs[i]
 		check(n.when, sp.ptr+"/when", i, false)
+		for k, t := range n.targets {
+			check(t.cond, schema.Ptr(sp.ptr, "target", k, "if"), i, false)
+		}
 		check(n.foreach, sp.ptr+"/foreach", i, false)
 		check(n.retry.cond, n.retry.condPtr, i, true)
 		for k, e := range n.needs {

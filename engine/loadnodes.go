@@ -21,6 +21,7 @@ type nodeSpec struct {
 	retry         *retryDoc
 	hasType       bool
 	fanOut        bool
+	targets       []targetSpec
 }
 
 type needSpec struct {
@@ -46,6 +47,7 @@ func (c *compiler) nodes(list []nodeDoc) {
 		nd := &list[i]
 		ptr := nd.Ptr
 		sp := nodeSpec{ptr: ptr, id: nd.ID.V, typ: nd.Type.V, when: nd.When.V, foreach: nd.ForEach.V, retry: nd.Retry}
+		sp.targets = parseTargets(nd.Target)
 		n := &cnode{idx: i, id: sp.id, typ: sp.typ, ptr: ptr, maxParallel: c.defs.maxParallel, timeout: c.defs.timeout}
 		n.description = nd.Description.V
 		n.joinAny = nd.Join.V == "any"

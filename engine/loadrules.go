@@ -46,6 +46,10 @@ const (
 	RuleTestRoute        = "tests/route-not-served"
 	RuleTestNode         = "tests/unknown-node"
 	RuleTestFailed       = "tests/failed"
+	RuleTargetPlacement  = "target/placement"
+	RuleTargetOrder      = "target/rule-order"
+	RuleTargetHeader     = "target/header"
+	RuleTargetPool       = "target/unknown-pool"
 )
 
 func init() {
@@ -86,6 +90,10 @@ func init() {
 		schema.Rule{ID: RuleProviders, Summary: "two nodes provide the same data and are not ordered", Fix: "make one need the other"},
 		schema.Rule{ID: RuleTestRoute, Summary: "a tests: request on a route the workflow does not serve", Fix: "use a route listed in routes:"},
 		schema.Rule{ID: RuleTestNode, Summary: "a tests: entry naming an unknown node", Fix: "name an existing node id"},
+		schema.Rule{ID: RuleTargetPlacement, Summary: "target rules on a node that sends no worker leg, or a pool rule on a node whose endpoint is shared (the concurrent kv-sglang prefill)", Fix: "move the rules to the conditional-decode, encode, prefill or decode node whose legs they route, or route by headers or model"},
+		schema.Rule{ID: RuleTargetOrder, Summary: "a target rule without if before other rules (they can never be chosen)", Fix: "move the rule without if last, or give it an if"},
+		schema.Rule{ID: RuleTargetHeader, Summary: "a target rule header with capitals, or one celflow must set itself (framing, hop-by-hop, x-request-id, trace context, x-celflow-pool)", Fix: "write header names in lower case; set the pool with pool:"},
+		schema.Rule{ID: RuleTargetPool, Summary: "a target rule's pool that upstream.pools does not define (checked when the serve config is known)", Fix: "add upstream.pools.<name> to the serve config, or fix the name (see the did-you-mean hint)"},
 		schema.Rule{ID: RuleTestFailed, Summary: "a tests: entry whose request does not take the pinned path", Fix: "fix the workflow or the expectation, using celflow explain"},
 	)
 }

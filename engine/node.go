@@ -56,6 +56,10 @@ type Contract struct {
 	// (the concurrent SGLang prefill, PROTOCOL 9). Client disconnect and the
 	// request deadline still cancel it.
 	SurvivesEnd bool
+	// SharedEndpoint: the node's endpoint is drawn for the whole request,
+	// outside its own legs (the concurrent SGLang session, shared with
+	// decode), so a target rule may not choose its pool.
+	SharedEndpoint bool
 	// Statuses are the upstream HTTP statuses with a meaning of their own
 	// that the node's failures carry (conditional-decode: 412, the miss).
 	// The ending proof tries them; an edge comparing a predecessor's
@@ -119,6 +123,10 @@ type Exec struct {
 	// (a copy), else the CEL value as Go (string, int64, map[string]any...).
 	Item any
 	Span trace.Span
+	// Target is what the node's target rules chose for this request (the
+	// same for every attempt and item); nil when it has none or none
+	// matched. Read-only: it is shared by every request.
+	Target *LegTarget
 
 	ctx context.Context // the node's context across attempts (scheduler only)
 }
@@ -195,6 +203,10 @@ type Run struct {
 	// fairness id). A node sets it before any leg is built (it runs first);
 	// read-only afterwards. Nil for none.
 	LegHeader http.Header
+	// Stubbed marks a run of explain or a tests: block (no worker is
+	// called): the scheduler keeps its records and spans but logs no
+	// retries, which would read as real failures in validate's output.
+	Stubbed bool
 	// Client is where a responding node writes the reply. Use Answer to claim it.
 	client   http.ResponseWriter
 	answerMu sync.Mutex

@@ -42,8 +42,9 @@ type Outcome struct {
 	Start      time.Time
 	Duration   time.Duration
 	Attempt    int
-	Edge       string // the incoming edge that fired ("render", "try_decode[response.status == 412]")
-	Handled    bool   // failed or timed out, and an outgoing edge routed the failure
+	Edge       string     // the incoming edge that fired ("render", "try_decode[response.status == 412]")
+	Target     *LegTarget // the target rule that chose the node's legs, nil for none (shared, read-only)
+	Handled    bool       // failed or timed out, and an outgoing edge routed the failure
 	Items      []Outcome
 	Outputs    map[string]any
 	Responded  bool

@@ -93,7 +93,9 @@ func (rs *run) noteRetry(i int, c *completion, wait time.Duration) {
 	if f.HTTPStatus != 0 {
 		fields["http.response.status_code"] = f.HTTPStatus
 	}
-	logrus.WithFields(fields).Warn("node attempt failed: retrying")
+	if !rs.r.Stubbed {
+		logrus.WithFields(fields).Warn("node attempt failed: retrying")
+	}
 	if rs.tracer != nil && rs.spans[i] != nil && rs.spans[i].IsRecording() {
 		kv := []attribute.KeyValue{AttrAttempt.Int(f.Attempt), attribute.String("celflow.retry.reason", f.Reason)}
 		if f.Endpoint != "" {

@@ -277,6 +277,19 @@ func (rs *run) decide(i int) {
 			return
 		}
 	}
+	if n.targets != nil {
+		t, err := rs.chooseTarget(n)
+		if err != nil {
+			e := &Error{Kind: KindInternal, Node: n.id, Item: -1, Msg: "target evaluation failed", Cause: err}
+			o.Err = e
+			rs.settle(i, StatusFailed, "target error: "+err.Error())
+			rs.fail(e)
+			return
+		}
+		if t != nil {
+			rs.execs[i].Target, o.Target = t, t
+		}
+	}
 	rs.launch(i, items, 0)
 }
 
@@ -318,17 +331,27 @@ func (rs *run) firedLabel(n *cnode, nf int) string {
 	if nf == 1 || len(n.needs) == 1 {
 		for _, e := range n.needs {
 			if rs.fired[e.gidx] {
-				return e.label
+				return rs.edgeLabel(e)
 			}
 		}
 	}
 	var parts []string
 	for _, e := range n.needs {
 		if rs.fired[e.gidx] {
-			parts = append(parts, e.label)
+			parts = append(parts, rs.edgeLabel(e))
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// edgeLabel names a fired edge. A skipped predecessor is transparent: its
+// edges fire without their condition being evaluated, so the label says so
+// instead of showing a condition that never ran.
+func (rs *run) edgeLabel(e cedge) string {
+	if e.hasIf && rs.out[e.from].Status == StatusSkipped {
+		return rs.w.nodes[e.from].id + " (skipped: edge not evaluated)"
+	}
+	return e.label
 }
 
 // settle records a node decided without running (skipped, omitted) or

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/celflow/celflow/schema"
@@ -25,6 +26,8 @@ type expectation struct {
 	answeredBy *string
 	status     int
 	code       *string
+	attempts   map[string]int // node → attempts made
+	targets    map[string]int // node → index of the target rule chosen, -1 for none
 }
 
 var expectLists = []string{"ran", "skipped", "omitted", "failed"}
@@ -57,14 +60,7 @@ func (c *compiler) tests(list []testDoc) {
 				c.ds = append(c.ds, c.doc.DiagKey(e.KeyPos.Ptr, schema.Error, "assume names unknown node "+quote(e.Key)).R(RuleTestNode))
 				continue
 			}
-			var s string
-			switch v := e.V.V.(type) {
-			case json.Number:
-				s = v.String()
-			case string:
-				s = v
-			}
-			if a, err := ParseAssumption(s); err == nil {
+			if a, err := assumptionOf(e.V.V); err == nil {
 				tc.assume[e.Key] = a
 			}
 		}
@@ -90,6 +86,31 @@ func (c *compiler) tests(list []testDoc) {
 			tc.expect.status = ex.Status.V
 			if ex.Code.Set {
 				tc.expect.code = &ex.Code.V
+			}
+			for _, e := range ex.Attempts {
+				if c.expectNode(e.KeyPos.Ptr, e.Key) {
+					if tc.expect.attempts == nil {
+						tc.expect.attempts = map[string]int{}
+					}
+					tc.expect.attempts[e.Key] = e.V.V
+				}
+			}
+			for _, e := range ex.Targets {
+				if !c.expectNode(e.KeyPos.Ptr, e.Key) {
+					continue
+				}
+				k := -1
+				if n, ok := e.V.V.(json.Number); ok {
+					i, _ := n.Int64()
+					k = int(i)
+					if j := c.ids[e.Key]; k >= len(c.specs[j].targets) {
+						c.errf(RuleTestNode, e.KeyPos.Ptr, "node %s has %d target rules; expect names rule %d", quote(e.Key), len(c.specs[j].targets), k)
+					}
+				}
+				if tc.expect.targets == nil {
+					tc.expect.targets = map[string]int{}
+				}
+				tc.expect.targets[e.Key] = k
 			}
 		}
 		c.w.tests = append(c.w.tests, tc)
@@ -165,5 +186,69 @@ func (tc *testCase) check(rep *Report) []string {
 	if tc.expect.code != nil && *tc.expect.code != code {
 		msgs = append(msgs, fmt.Sprintf("code: got %s, want %s", quote(code), quote(*tc.expect.code)))
 	}
+	for _, o := range rep.Outcomes {
+		if want, ok := tc.expect.attempts[o.Node]; ok && o.Attempt != want {
+			msgs = append(msgs, fmt.Sprintf("attempts of %s: got %d, want %d", o.Node, o.Attempt, want))
+		}
+		if want, ok := tc.expect.targets[o.Node]; ok {
+			got := -1
+			if o.Target != nil {
+				got = o.Target.Rule
+			}
+			if got != want {
+				msgs = append(msgs, fmt.Sprintf("target of %s: got %s, want %s", o.Node, ruleName(got), ruleName(want)))
+			}
+		}
+	}
 	return msgs
+}
+
+func ruleName(k int) string {
+	if k < 0 {
+		return "none"
+	}
+	return "rule " + strconv.Itoa(k)
+}
+
+// expectNode reports whether id names a node, reporting it at ptr if not.
+func (c *compiler) expectNode(ptr, id string) bool {
+	if _, ok := c.ids[id]; ok {
+		return true
+	}
+	c.ds = append(c.ds, c.doc.DiagKey(ptr, schema.Error, "expect names unknown node "+quote(id)).R(RuleTestNode))
+	return false
+}
+
+// assumptionOf reads a tests: assume value (already schema-valid): a
+// status or word; a list of them, one per attempt; or {items: [...]}, one
+// per fan-out item, each a status, a word or a list per attempt.
+func assumptionOf(v any) (Assumption, error) {
+	switch x := v.(type) {
+	case json.Number:
+		return ParseAssumption(x.String())
+	case string:
+		return ParseAssumption(x)
+	case []any:
+		var a Assumption
+		for _, e := range x {
+			y, err := assumptionOf(e)
+			if err != nil {
+				return Assumption{}, err
+			}
+			a.Attempts = append(a.Attempts, y)
+		}
+		return a, nil
+	case map[string]any:
+		items, _ := x["items"].([]any)
+		var a Assumption
+		for _, e := range items {
+			y, err := assumptionOf(e)
+			if err != nil {
+				return Assumption{}, err
+			}
+			a.Items = append(a.Items, y)
+		}
+		return a, nil
+	}
+	return Assumption{}, fmt.Errorf("unsupported assumption %v", v)
 }

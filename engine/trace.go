@@ -45,6 +45,7 @@ const (
 	AttrNodeReason      = attribute.Key("celflow.node.reason")
 	AttrGuard           = attribute.Key("celflow.guard")
 	AttrEdge            = attribute.Key("celflow.edge")
+	AttrTarget          = attribute.Key("celflow.target")  // the target rule that chose the legs (LegTarget.Desc)
 	AttrHandled         = attribute.Key("celflow.handled") // a failure routed by an outgoing edge
 	AttrAttempt         = attribute.Key("celflow.attempt")
 	AttrItemIndex       = attribute.Key("celflow.item.index")
@@ -80,6 +81,9 @@ func endSpan(sp trace.Span, o *Outcome, attrs map[string]any) {
 	}
 	if o.Edge != "" {
 		kv = append(kv, AttrEdge.String(o.Edge))
+	}
+	if o.Target != nil {
+		kv = append(kv, AttrTarget.String(o.Target.Desc))
 	}
 	if o.HTTPStatus != 0 {
 		kv = append(kv, AttrHTTPStatus.Int(o.HTTPStatus))

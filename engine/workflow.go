@@ -44,6 +44,7 @@ type cnode struct {
 	maxParallel, tolerate int
 	timeout               time.Duration
 	retry                 retryPolicy
+	targets               []targetRule // where its legs go (target.go); nil: the role's defaults
 }
 
 // cedge is one need: the edge from node `from` into its owner.

@@ -30,6 +30,9 @@ const (
 	RuleRange         = "schema/range"
 	RuleSchema        = "schema/invalid"
 	RuleInternal      = "internal/error"
+	// Serve-config checks beyond the schema (validate --config, serve).
+	RuleUnknownVariable = "config/unknown-variable"
+	RuleUpstream        = "config/upstream"
 )
 
 var rules = map[string]Rule{}
@@ -75,6 +78,8 @@ func init() {
 		Rule{RuleRange, "a number or list length out of range", "use a value within the bounds in the message"},
 		Rule{RuleSchema, "any other schema violation", "compare the value with celflow schema"},
 		Rule{RuleInternal, "an internal error while loading (a bug)", "report it with the file that triggers it"},
+		Rule{RuleUnknownVariable, "a CELFLOW_* variable that names no serve-config key (an error under validate --config and serve --check, a warning at serve start)", "fix the name (see the did-you-mean hint) or unset the variable"},
+		Rule{RuleUpstream, "an upstream section the upstream client refuses (mode, URLs, duplicate endpoints, pool names)", "follow the message; docs/configuration.md lists the upstream keys"},
 	)
 }
 

@@ -16,7 +16,7 @@ import (
 // The shipped set, as issues 3 and 4 and docs/workflows.md list it.
 var shipped = []string{
 	"cd-pd.yaml", "decode-only.yaml", "epd-async.yaml", "epd-tokens-in.yaml", "epd.yaml",
-	"pd-aggregated.yaml", "pd-worker-decided.yaml", "pd.yaml", "sglang-concurrent.yaml",
+	"pd-aggregated.yaml", "pd-routed.yaml", "pd-worker-decided.yaml", "pd.yaml", "sglang-concurrent.yaml",
 }
 
 // ACCEPTANCE 32: every shipped workflow loads (the same path as `celflow

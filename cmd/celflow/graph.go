@@ -28,7 +28,7 @@ func runGraph(args []string, stdout, stderr io.Writer) int {
 	}
 	w, ds := engine.LoadFile(files[0], engine.LoadOptions{})
 	if w == nil {
-		fmt.Fprint(stderr, ds.String())
+		fmt.Fprint(stderr, ds.Pretty())
 		return 1
 	}
 	if *format == "dot" {

@@ -72,7 +72,8 @@ func (g *generation) live() front.Live {
 	// The schema's enum admits only known names.
 	fields, _ := front.ParseClientFields(g.cfg.Trust.ClientFields)
 	return front.Live{Runners: runners, MaxBodyBytes: s.MaxBodyBytes(), WriteTimeout: s.WriteTimeout,
-		DrainDelay: s.DrainDelay, ShutdownTimeout: s.ShutdownTimeout, ClientFields: fields}
+		DrainDelay: s.DrainDelay, ShutdownTimeout: s.ShutdownTimeout, ClientFields: fields,
+		Admission: admissionOf(g.cfg.Admission)}
 }
 
 func (g *generation) fields() logrus.Fields {

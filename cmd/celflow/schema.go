@@ -10,8 +10,9 @@ import (
 	"github.com/celflow/celflow/schema"
 )
 
-// cmdSchema: `celflow schema [workflow | defs | node TYPE | types]` prints
-// a JSON Schema for editors (workflow is the default).
+// cmdSchema: `celflow schema [workflow | editor | defs | node TYPE | types]`
+// prints a JSON Schema (workflow is the default; editor is the workflow
+// bundled with every node type's params, for editors).
 func cmdSchema(args []string) int { return runSchema(args, os.Stdout, os.Stderr) }
 
 func runSchema(args []string, stdout, stderr io.Writer) int {
@@ -25,6 +26,14 @@ func runSchema(args []string, stdout, stderr io.Writer) int {
 		id = schema.WorkflowID
 	case what == "defs" && len(args) == 1:
 		id = schema.DefsID
+	case what == "editor" && len(args) == 1:
+		b, err := editorSchema()
+		if err != nil {
+			fmt.Fprintf(stderr, "celflow schema: %v\n", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, string(b))
+		return 0
 	case what == "types" && len(args) == 1:
 		for _, n := range engine.TypeNames() {
 			t, _ := engine.LookupType(n)
@@ -44,10 +53,21 @@ func runSchema(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, strings.TrimSpace(string(t.Schema)))
 		return 0
 	default:
-		fmt.Fprintln(stderr, "usage: celflow schema [workflow | defs | types | node TYPE]")
+		fmt.Fprintln(stderr, "usage: celflow schema [workflow | editor | defs | types | node TYPE]")
 		return 2
 	}
 	b, _ := schema.Source(id)
 	fmt.Fprintln(stdout, strings.TrimSpace(string(b)))
 	return 0
+}
+
+// editorSchema bundles the workflow schema with every registered node
+// type's params schema.
+func editorSchema() ([]byte, error) {
+	params := map[string][]byte{}
+	for _, n := range engine.TypeNames() {
+		t, _ := engine.LookupType(n)
+		params[n] = t.Schema
+	}
+	return schema.EditorBundle(params)
 }

@@ -45,13 +45,23 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	cfgPath := fs.String("config", "", "the serve config file (YAML; see docs/configuration.md)")
 	verbosity := fs.Int("v", 0, "log verbosity: 1 is debug, 2 is trace (overrides telemetry.log_level)")
 	logFormat := fs.String("log-format", "", "json or text (overrides telemetry.log_format)")
+	check := fs.Bool("check", false, "load the config, its environment and its workflow as serve would, print every problem, and exit (0 valid, 1 invalid) without serving")
 	rest, err := parseInterspersed(fs, args)
 	if err != nil {
 		return 2
 	}
 	if *cfgPath == "" || len(rest) > 0 {
-		fmt.Fprintln(stderr, "usage: celflow serve --config FILE [-v N] [--log-format json|text]")
+		fmt.Fprintln(stderr, "usage: celflow serve --config FILE [--check] [-v N] [--log-format json|text]")
 		return 2
+	}
+	if *check {
+		ds, summary := checkServe(*cfgPath, getenv, environ(getenv), true)
+		fmt.Fprint(stderr, ds.String())
+		if ds.HasErrors() {
+			return 1
+		}
+		fmt.Fprintf(stderr, "%s: ok (%s)\n", *cfgPath, summary)
+		return 0
 	}
 
 	m := metrics.New()
@@ -87,6 +97,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		return 2
 	}
 
+	// A CELFLOW_* variable that names no key is a warning here (a fleet does
+	// not refuse to start over it) and an error under --check and
+	// `validate --config`, where CI catches it.
+	ds = append(ds, config.UnknownEnv(environ(getenv), schema.Warning)...)
 	fmt.Fprint(stderr, ds.Pretty()) // warnings, printed as validate prints them
 
 	shutdownTracing, err := telemetry.Setup(ctx, cfg.Telemetry.Tracing)
@@ -131,10 +145,14 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		Routes:            as.routes(),
 		ClientFields:      lv.ClientFields,
 		Limits:            front.Limits{MaxHeaderBytes: s.MaxHeaderBytes, MaxHeaderCount: s.MaxHeaderCount},
+		Admission:         lv.Admission,
+		AdmissionObserver: m.AdmissionObserver(),
+		Background:        dispatchedRequest,
 	}
 	tlsSt.options(&opts)
 	srv := front.New(opts)
 	srv.SetModels(g.models())
+	m.WatchAdmission(srv.Admission())
 	log.WithFields(g.fields()).Info("workflow loaded")
 
 	// Reloads run on their own goroutine, one at a time, and stop when the

@@ -29,13 +29,13 @@ func runTest(args []string, stdout, stderr io.Writer) int {
 	for _, f := range files {
 		w, ds := engine.LoadFile(f, engine.LoadOptions{})
 		if w == nil {
-			fmt.Fprint(stdout, ds.String())
+			fmt.Fprint(stdout, ds.Pretty())
 			code = 1
 			continue
 		}
 		fails := w.RunTests(context.Background())
 		if len(fails) > 0 {
-			fmt.Fprint(stdout, fails.String())
+			fmt.Fprint(stdout, fails.Pretty())
 			fmt.Fprintf(stdout, "FAIL %s (%d failures, %d tests)\n", f, len(fails), w.TestCount())
 			code = 1
 			continue

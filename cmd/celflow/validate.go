@@ -18,9 +18,12 @@ import (
 )
 
 const validateUsage = `usage: celflow validate [flags] FILE|DIR|- ...
+       celflow validate [flags] --config SERVE.yaml [FILE|DIR|- ...]
 
 Checks workflows with the same load path as serve, then runs their tests:
 blocks. A directory is walked for *.yaml and *.yml files; - reads stdin.
+With --config, also the serve config, its CELFLOW_* variables (an unknown
+one is an error) and its workflow, checked against the config's pools.
 
 Exit status: 0 every file valid (warnings allowed unless --strict), 1 some
 file invalid or a test failed, 2 usage error or unreadable input.
@@ -41,6 +44,7 @@ func runValidateIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int
 	format := fset.String("format", "text", "output format: text (with source lines and carets), json, github (workflow commands for GitHub Actions) or sarif (SARIF 2.1.0 for code scanning)")
 	noTests := fset.Bool("no-tests", false, "do not run the files' tests: blocks")
 	strict := fset.Bool("strict", false, "fail (exit 1) on warnings too")
+	cfgPath := fset.String("config", "", "also check this serve config, its CELFLOW_* environment and its workflow, as serve loads them (the workflow against the real pools)")
 	fset.Usage = func() {
 		fmt.Fprint(fset.Output(), validateUsage)
 		fset.PrintDefaults()
@@ -54,7 +58,7 @@ func runValidateIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int
 	if err != nil {
 		return 2
 	}
-	if len(args) == 0 {
+	if len(args) == 0 && *cfgPath == "" {
 		fset.Usage()
 		return 2
 	}
@@ -64,6 +68,13 @@ func runValidateIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int
 	}
 	files, unreadable := expandInputs(args)
 	all := unreadable
+	if *cfgPath != "" {
+		ds, summary := checkServe(*cfgPath, os.Getenv, os.Environ(), !*noTests)
+		all = append(all, ds...)
+		if *format == "text" && !failed(ds, *strict) {
+			fmt.Fprintf(stdout, "%s: ok (%s)\n", *cfgPath, summary)
+		}
+	}
 	for _, f := range files {
 		ds, summary := validateInput(f, stdin, !*noTests)
 		all = append(all, ds...)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/celflow/celflow/engine/celenv"
 	"github.com/celflow/celflow/engine/telemetry"
 	"github.com/celflow/celflow/engine/tlsfiles"
 	"github.com/celflow/celflow/engine/upstream"
@@ -44,9 +45,11 @@ type Config struct {
 	Workflow  Workflow
 	Async     Async // off unless async.redis_url is set
 	Trust     Trust
+	Admission Admission
 
 	doc     *schema.Doc
 	fromEnv map[string]string // pointer → the variable that set it
+	prio    *celenv.Priority  // admission.priority, compiled by checkAdmission
 }
 
 // Server is the `server:` section.
@@ -135,7 +138,7 @@ func Load(file string, data []byte, getenv func(string) string) (*Config, schema
 	}
 	c := &Config{File: file, doc: doc}
 	ds = append(ds, c.applyEnv(getenv)...)
-	ds = append(ds, c.envDiags(append(schema.Validate(doc, ID, ""), c.check()...))...)
+	ds = append(ds, c.envDiags(append(append(schema.Validate(doc, ID, ""), c.check()...), c.checkAdmission()...))...)
 	if ds.HasErrors() {
 		return nil, ds.Sort()
 	}
@@ -184,8 +187,12 @@ func (c *Config) decode() {
 	v.str("/upstream/gateway", &u.Gateway)
 	v.str("/upstream/render", &u.Render)
 	v.str("/upstream/picker", &u.Picker)
-	for _, r := range []upstream.Role{upstream.RoleEncode, upstream.RolePrefill, upstream.RoleDecode} {
-		if eps, ok := v.pool("/upstream/pools/" + string(r)); ok {
+	// The roles' pools and the named ones (target rules choose those).
+	pools, _ := c.doc.Value("/upstream/pools")
+	poolMap, _ := pools.(map[string]any) // env overrides are in the value, not in Keys' index
+	for name := range poolMap {
+		r := upstream.Role(name)
+		if eps, ok := v.pool(schema.Ptr("/upstream/pools", name)); ok {
 			if u.Pools == nil {
 				u.Pools = map[upstream.Role][]upstream.Endpoint{}
 			}
@@ -211,6 +218,7 @@ func (c *Config) decode() {
 	v.str("/telemetry/tracing/endpoint", &t.Tracing.Endpoint)
 
 	c.decodeAsync(v)
+	c.decodeAdmission(v)
 
 	switch w, _ := c.doc.Value("/workflow"); w := w.(type) {
 	case string:

@@ -22,7 +22,7 @@ func (c *Config) NewUpstream() (*upstream.Client, schema.Diagnostics) {
 			key, msg = "upstream", line
 		}
 		ptr := pointerOf(key)
-		d := c.doc.Diag(ptr, schema.Error, msg)
+		d := c.doc.Diag(ptr, schema.Error, msg).R(schema.RuleUpstream)
 		if env := c.envFor(d.Path); env != "" {
 			d.File, d.Line, d.Col = env, 0, 0
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -139,8 +140,8 @@ func (c *flowCase) check() error {
 			bad("upstream.mode direct needs pools")
 		}
 		for role := range c.Upstream.Pools {
-			if role != "encode" && role != "prefill" && role != "decode" {
-				bad("upstream.pools.%s: want encode, prefill or decode", role)
+			if role != "encode" && role != "prefill" && role != "decode" && !namedPoolRE.MatchString(role) {
+				bad("upstream.pools.%s: want encode, prefill, decode or a pool name (decode-big)", role)
 			}
 		}
 	default:
@@ -307,3 +308,7 @@ func scalar(n *yaml.Node) string {
 	}
 	return n.Value
 }
+
+// namedPoolRE is a pool name beyond the roles' (target rules choose those).
+// "-" is required so that a misspelt role (prefil) stays an error.
+var namedPoolRE = regexp.MustCompile(`^[a-z][a-z0-9]*(-[a-z0-9]+)+$`)

@@ -154,7 +154,8 @@ func (k *checker) leg(where string, l *leg, id string, client http.Header) {
 		if !cd && len(prefer) > 0 {
 			k.bad("%s: Prefer %q on a leg that is not conditional decode (PROTOCOL 2.2)", where, prefer)
 		}
-		if l.pool != "" && l.pool != strings.TrimPrefix(l.kind, "conditional-") {
+		// A named pool (decode-small) takes whatever legs a target rule sends it.
+		if l.pool != "" && !namedPoolRE.MatchString(l.pool) && l.pool != strings.TrimPrefix(l.kind, "conditional-") {
 			k.bad("%s: a %s leg landed on a %s endpoint", where, l.kind, l.pool)
 		}
 	}
@@ -201,12 +202,13 @@ func dropped(client http.Header) []string {
 	return out
 }
 
-// stampedByBroker: the async-broker stamps celflow's own objective and
-// fairness id on every leg (ASYNC.md 2); such a value may appear as long as
-// it is not the client's.
+// stampedByBroker: celflow stamps its own values of some owned headers —
+// the async-broker's objective and fairness id on every leg (ASYNC.md 2), a
+// workflow's target rule's objective and X-Celflow-Pool — so such a value
+// may appear as long as it is not the client's.
 func stampedByBroker(h string, v []string, client http.Header) bool {
 	switch h {
-	case "X-Llm-D-Inference-Objective", "X-Llm-D-Inference-Fairness-Id":
+	case "X-Llm-D-Inference-Objective", "X-Llm-D-Inference-Fairness-Id", "X-Celflow-Pool":
 		return !slices.Equal(v, client.Values(h))
 	}
 	return false

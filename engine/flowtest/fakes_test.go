@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -62,7 +63,7 @@ func startFakes(c *flowCase) *fakes {
 	}
 	if c.Upstream.Mode == "direct" {
 		f.pools = map[string][]poolEP{}
-		for _, role := range []string{"encode", "prefill", "decode"} {
+		for _, role := range poolOrder(c.Upstream.Pools) {
 			for i, ep := range c.Upstream.Pools[role] {
 				name := fmt.Sprintf("%s%d", role, i)
 				u := f.serve(name, f.worker(name, role))
@@ -292,4 +293,17 @@ func (f *fakes) settle(min int, limit time.Duration) []*leg {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]*leg(nil), f.legs...)
+}
+
+// poolOrder is the roles' pools, then the named ones by name.
+func poolOrder(pools map[string][]endpointSpec) []string {
+	out := []string{"encode", "prefill", "decode"}
+	var named []string
+	for p := range pools {
+		if p != "encode" && p != "prefill" && p != "decode" {
+			named = append(named, p)
+		}
+	}
+	sort.Strings(named)
+	return append(out, named...)
 }

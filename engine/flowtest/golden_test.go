@@ -118,6 +118,9 @@ func outcomeLine(o engine.Outcome, indent string) string {
 	if o.Edge != "" {
 		fmt.Fprintf(&b, " edge=%q", o.Edge)
 	}
+	if o.Target != nil {
+		fmt.Fprintf(&b, " target=%q", o.Target.Desc)
+	}
 	if o.Responded {
 		b.WriteString(" responded")
 	}

@@ -40,6 +40,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.draining.Load() && r.URL.Path != PathHealthz && r.URL.Path != PathHealth {
 		x.route = routeOf(r.URL.Path)
+		// Go elsewhere now, as a refused admission says (admission.go).
+		w.Header().Set("Retry-After", retryAfter(s.cur.Load().adm.RetryAfter))
 		s.fail(x, engine.Errorf(engine.KindShuttingDown, "server is shutting down"))
 		return
 	}
@@ -101,6 +103,12 @@ func (s *Server) inference(route engine.Route) http.Handler {
 			s.fail(x, engine.Errorf(engine.KindNotFound, "the workflow does not serve %s", route.Path()))
 			return
 		}
+		// Admission comes before the body is read: a waiting request holds
+		// no body (admission.go).
+		if !s.admitInFlight(x, r, route, lv) {
+			return
+		}
+		defer s.adm.Release(RouteClass(route))
 		body, e := readBody(x, r, lv.maxBody)
 		if e != nil && e.Kind == engine.KindTooLarge {
 			s.refuse(x, r, e, lv.maxBody) // the 413 reaches a client still sending

@@ -15,6 +15,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/admission"
 )
 
 // MiB is the unit of max_request_body_size.
@@ -88,6 +89,16 @@ type Options struct {
 	// MetricsListener, when set, is used instead (tests).
 	MetricsListen   string
 	MetricsListener net.Listener
+
+	// Admission is the first Live set's admission (bounds, priority); the
+	// zero value bounds nothing. AdmissionObserver, when set, receives every
+	// admission decision (metrics).
+	Admission         Admission
+	AdmissionObserver admission.Observer
+	// Background, when set, marks requests that must never wait in the
+	// admission queue (the async dispatcher's): they are admitted only
+	// into spare capacity, else refused at once with 429 overloaded.
+	Background func(*http.Request) bool
 }
 
 // Route is one extra handler (Options.Routes).
@@ -115,6 +126,7 @@ type Live struct {
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
 	ClientFields    ClientFields
+	Admission       Admission
 }
 
 // live is the stored form of Live: its own copy of the runner map, so that
@@ -126,6 +138,7 @@ type live struct {
 	drainDelay      time.Duration
 	shutdownTimeout time.Duration
 	clientFields    ClientFields
+	adm             Admission
 }
 
 func newLive(l Live) *live {
@@ -138,8 +151,9 @@ func newLive(l Live) *live {
 	if l.MaxBodyBytes <= 0 {
 		l.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	l.Admission.Limits.Class = append([]int(nil), l.Admission.Limits.Class...)
 	return &live{runners: rs, maxBody: l.MaxBodyBytes, writeTimeout: l.WriteTimeout,
-		drainDelay: l.DrainDelay, shutdownTimeout: l.ShutdownTimeout, clientFields: l.ClientFields}
+		drainDelay: l.DrainDelay, shutdownTimeout: l.ShutdownTimeout, clientFields: l.ClientFields, adm: l.Admission}
 }
 
 func (l *live) export() Live {
@@ -147,8 +161,10 @@ func (l *live) export() Live {
 	for rt, r := range l.runners {
 		rs[rt] = r
 	}
+	adm := l.adm
+	adm.Limits.Class = append([]int(nil), adm.Limits.Class...)
 	return Live{Runners: rs, MaxBodyBytes: l.maxBody, WriteTimeout: l.writeTimeout,
-		DrainDelay: l.drainDelay, ShutdownTimeout: l.shutdownTimeout, ClientFields: l.clientFields}
+		DrainDelay: l.drainDelay, ShutdownTimeout: l.shutdownTimeout, ClientFields: l.clientFields, Admission: adm}
 }
 
 // Observation is what the front knows about one finished request.

@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/admission"
 )
 
 // Server is celflow's HTTP front. Build it with New and drive it with Run.
@@ -25,6 +26,7 @@ type Server struct {
 	ready    atomic.Bool // /readyz answers 200
 	draining atomic.Bool // the listener is closed: new requests get 503
 	track    tracker
+	adm      *admission.Controller // in-flight bounds and the wait queue; always counts
 
 	// cur is the live set (runners, body cap, write and shutdown timeouts);
 	// requests load it, SetLive and SetRunners replace it under swapMu (so
@@ -49,7 +51,8 @@ func New(opts Options) *Server {
 	}
 	s := &Server{opts: opts, log: opts.Log, limits: opts.Limits.withDefaults()}
 	s.cur.Store(newLive(Live{Runners: opts.Runners, MaxBodyBytes: opts.MaxBodyBytes, WriteTimeout: opts.WriteTimeout,
-		DrainDelay: opts.DrainDelay, ShutdownTimeout: opts.ShutdownTimeout, ClientFields: opts.ClientFields}))
+		DrainDelay: opts.DrainDelay, ShutdownTimeout: opts.ShutdownTimeout, ClientFields: opts.ClientFields, Admission: opts.Admission}))
+	s.adm = admission.New(AdmissionClasses, opts.Admission.Limits, opts.AdmissionObserver)
 	if s.log == nil {
 		s.log = logrus.StandardLogger()
 	}
@@ -70,6 +73,7 @@ func (s *Server) SetLive(l Live) {
 	s.swapMu.Lock()
 	defer s.swapMu.Unlock()
 	s.cur.Store(newLive(l))
+	s.adm.SetLimits(l.Admission.Limits)
 }
 
 // SetRunners replaces the runners only, as SetLive does; a route missing
@@ -152,6 +156,7 @@ func (s *Server) Run(ctx context.Context) int {
 		time.Sleep(lv.drainDelay)
 	}
 	s.draining.Store(true)
+	s.adm.Close() // waiters get 503 shutting_down at once
 	_ = ln.Close()
 	if err := <-served; err != nil && !errors.Is(err, net.ErrClosed) {
 		s.log.WithError(err).Warn("shutdown: serve loop ended with an error")

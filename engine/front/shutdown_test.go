@@ -153,7 +153,7 @@ func TestShutdownRefusesAndDrains(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 503 || !resp.Close || resp.Header.Get("X-Request-Id") != "late-1" {
+	if resp.StatusCode != 503 || !resp.Close || resp.Header.Get("X-Request-Id") != "late-1" || resp.Header.Get("Retry-After") != "1" {
 		t.Fatalf("late request: %d close=%v %v", resp.StatusCode, resp.Close, resp.Header)
 	}
 	if _, typ, code := errorReply(t, resp, body); code != "shutting_down" || typ != "server_error" {

@@ -52,6 +52,7 @@ type Metrics struct {
 	reloads      *prometheus.CounterVec // result
 	buildInfo    *prometheus.GaugeVec   // version, goversion
 	failures     *failureMetrics        // retries, ejections, healthy endpoints (failures.go)
+	adm          *admissionMetrics      // admission.go
 }
 
 // New builds the registry with celflow's series, the Go runtime and the
@@ -95,6 +96,7 @@ func New() *Metrics {
 	m.buildInfo = f.gaugeVec("build_info", "Always 1; labels carry the celflow version and Go version.",
 		"version", "goversion")
 	m.failures = newFailureMetrics(f)
+	m.adm = newAdmissionMetrics(f)
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -144,6 +144,11 @@ type Leg struct {
 	// Extra are server-owned headers set after the client's were filtered
 	// (they win over a client header of the same name); nil for none.
 	Extra http.Header
+	// TargetHeader is a workflow's target rule's headers (canonical
+	// names), set after everything else, celflow's own stamps included, so
+	// a rule may replace EPP-Profile (a custom scheduling profile) or the
+	// objective; upstream.PoolHeader in gateway mode. Shared: never modified.
+	TargetHeader http.Header
 	// NewBody returns a fresh reader over the same bytes as Body. It allows
 	// the one resend of a leg that failed on a stale keep-alive connection
 	// (FIELD-NOTES 3). Nil is fine when Body is a *bytes.Reader,

@@ -19,8 +19,9 @@ type client struct {
 	direct      bool
 	gateway     string // base URL without trailing slash (gateway mode)
 	gatewayHost string
-	render      string          // render service base URL without trailing slash
-	pools       [numRoles]*pool // direct mode; nil entry = no endpoints
+	render      string           // render service base URL without trailing slash
+	pools       [numRoles]*pool  // direct mode; nil entry = no endpoints
+	named       map[string]*pool // direct mode: pools beyond the roles', chosen by a node's target rules
 	rt          *http.Transport
 	bases       *baseCache          // parsed base URLs, so a leg does not parse its URL
 	owned       map[string]struct{} // Config.OwnedHeaders, canonical; nil when none
@@ -94,18 +95,25 @@ func newClient(cfg Config) (*Client, error) {
 	case modeDirect:
 		c.direct = true
 		for r, eps := range cfg.Pools {
-			if len(eps) > 0 {
-				c.pools[roleIndex(r)] = newPool(r, eps, cfg)
-				c.pools[roleIndex(r)].hook = &c.health
+			if len(eps) == 0 {
+				continue
 			}
+			p := newPool(r, eps, cfg)
+			p.hook = &c.health
+			if i := roleIndex(r); i >= 0 {
+				c.pools[i] = p
+				continue
+			}
+			if c.named == nil {
+				c.named = map[string]*pool{}
+			}
+			c.named[string(r)] = p
 		}
 	}
 	bases := []string{c.gateway, c.render}
-	for _, p := range c.pools {
-		if p != nil {
-			for _, e := range p.eps {
-				bases = append(bases, e.base)
-			}
+	for _, p := range c.allPools() {
+		for _, e := range p.eps {
+			bases = append(bases, e.base)
 		}
 	}
 	c.bases = newBaseCache(bases...)

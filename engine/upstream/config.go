@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -111,19 +112,40 @@ func checkPools(pools map[Role][]Endpoint, bad func(key, format string, a ...any
 			}
 		}
 	}
-	var unknown []string
+	// Named pools (chosen by target rules): the same endpoint checks; a
+	// name is lower-case letters, digits and '-', starting with a letter.
+	var named []string
 	for r := range pools {
-		switch r {
-		case RoleEncode, RolePrefill, RoleDecode:
-		default:
-			unknown = append(unknown, string(r))
+		if roleIndex(r) < 0 {
+			named = append(named, string(r))
 		}
 	}
-	sort.Strings(unknown) // deterministic diagnostics
-	for _, r := range unknown {
-		bad("pools."+r, `unknown role (want "encode", "prefill" or "decode")`)
+	sort.Strings(named) // deterministic diagnostics
+	for _, name := range named {
+		if name == "render" {
+			bad("pools."+name, `reserved: the render service is upstream.render, not a pool`)
+			continue
+		}
+		if !poolNameRE.MatchString(name) {
+			bad("pools."+name, `a pool name is lower-case letters, digits and "-", starting with a letter (at most 63)`)
+			continue
+		}
+		seen := map[string]bool{}
+		for i, ep := range pools[Role(name)] {
+			key := fmt.Sprintf("pools.%s[%d]", name, i)
+			if err := checkBase(ep.URL); err != nil {
+				bad(key+".url", "%v", err)
+			}
+			u := strings.TrimRight(ep.URL, "/")
+			if seen[u] {
+				bad(key+".url", "duplicate endpoint %q", ep.URL)
+			}
+			seen[u] = true
+		}
 	}
 }
+
+var poolNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
 
 // checkBase accepts an absolute http(s) URL with a host and without query
 // or fragment; a path prefix is allowed (a gateway behind a path).

@@ -64,6 +64,7 @@ var OwnedHeaders = []string{
 	"X-Gateway-Destination-Endpoint", "X-Gateway-Destination-Endpoint-Subset", "X-Gateway-Destination-Endpoint-Served",
 	"X-Prefiller-Host-Port", "X-Encoder-Hosts-Ports",
 	"X-Llm-D-Inference-Objective", "X-Llm-D-Inference-Fairness-Id",
+	"X-Celflow-Pool", // PoolHeader: the pool a target rule chose (gateway mode)
 }
 
 func dropOnLeg(ck string, relay bool) bool {
@@ -73,7 +74,7 @@ func dropOnLeg(ck string, relay bool) bool {
 	case "Epp-Profile", "Prefer",
 		"X-Gateway-Destination-Endpoint", "X-Gateway-Destination-Endpoint-Subset", "X-Gateway-Destination-Endpoint-Served",
 		"X-Prefiller-Host-Port", "X-Encoder-Hosts-Ports",
-		"X-Llm-D-Inference-Objective", "X-Llm-D-Inference-Fairness-Id":
+		"X-Llm-D-Inference-Objective", "X-Llm-D-Inference-Fairness-Id", "X-Celflow-Pool":
 		return true // OwnedHeaders
 	case "Accept-Encoding":
 		return !relay

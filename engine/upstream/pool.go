@@ -55,7 +55,7 @@ func newPool(r Role, eps []Endpoint, cfg Config) *pool {
 	for _, ep := range eps {
 		e := &endpoint{ep: ep, base: strings.TrimRight(ep.URL, "/"), pool: p}
 		e.host = hostOf(e.base)
-		if r == RoleDecode {
+		if r == RoleDecode || roleIndex(r) < 0 { // a named pool may serve decode
 			e.prefix = newPrefixIndex(cfg.PrefixIndexSize)
 		}
 		p.eps = append(p.eps, e)

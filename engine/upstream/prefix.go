@@ -25,11 +25,16 @@ import (
 // predictHit: see Client.PredictHit. Gateway mode always misses (the EPP
 // answers 412 itself; the caller sends the leg).
 func (c *client) predictHit(tokens []int64) (*Target, bool) {
-	if !c.direct || tokens == nil {
+	if !c.direct {
 		return nil, false
 	}
-	p := c.pools[roleIndex(RoleDecode)]
-	if p == nil {
+	return c.predictHitIn(c.pools[roleIndex(RoleDecode)], tokens)
+}
+
+// predictHitIn predicts within one pool (the decode role's, or a named pool
+// a target rule chose).
+func (c *client) predictHitIn(p *pool, tokens []int64) (*Target, bool) {
+	if p == nil || tokens == nil {
 		return nil, false
 	}
 	if n := c.cfg.ShortPromptTokens; n > 0 && len(tokens) <= n {

@@ -122,6 +122,11 @@ func (c *client) newRequest(ctx context.Context, base string, leg *Leg) (*http.R
 		// (which would also drop Content-Length).
 		h["Accept-Encoding"] = hvIdentity
 	}
+	// Last, so a workflow's target rule may replace EPP-Profile (a
+	// custom scheduling profile) or the objective.
+	for k, vs := range leg.TargetHeader {
+		h[k] = vs[:len(vs):len(vs)]
+	}
 	req.Header = h
 	return req, nil
 }

@@ -24,7 +24,8 @@ func build(x *engine.Exec, route engine.Route, body []byte, t engine.Tokens, med
 			key, val = "prompt", mm.TokenJSON(t)
 		}
 	}
-	if val == nil && threshold == nil {
+	model := leg.Model(x)
+	if val == nil && threshold == nil && model == nil {
 		return jsonb.Raw(body), nil
 	}
 	obj, e := leg.ParseBody(x, body)
@@ -33,6 +34,9 @@ func build(x *engine.Exec, route engine.Route, body []byte, t engine.Tokens, med
 	}
 	ed := jsonb.NewEditor(body)
 	oe := ed.In(obj)
+	if model != nil {
+		oe.Set("model", model)
+	}
 	if val != nil {
 		oe.Set(key, val)
 	}

@@ -112,7 +112,7 @@ func (n *ConditionalDecode) target(x *engine.Exec, worker bool) (*upstream.Targe
 		if st.Tokens.Known {
 			ids = st.Tokens.IDs
 		}
-		if t, hit := n.client.PredictHit(ids); hit {
+		if t, hit := leg.PredictHit(x, n.client, ids); hit {
 			return t, engine.Result{}, true
 		}
 		if !worker {

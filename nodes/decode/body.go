@@ -18,6 +18,7 @@ type bodyIn struct {
 	Media  []engine.MediaItem
 	KV     json.RawMessage   // prepared decode kv_transfer_params; nil: none (no prefill ran, aggregated)
 	Boot   *engine.Bootstrap // kv-sglang fields, nil otherwise
+	Model  []byte            // a target rule's model (JSON string), nil: the client's
 }
 
 // build edits the client body for the decode leg. It never adds
@@ -33,6 +34,9 @@ func build(in *bodyIn) (*jsonb.Body, *engine.Error) {
 	}
 	ed := jsonb.NewEditor(in.Body)
 	oe := ed.In(obj)
+	if in.Model != nil {
+		oe.Set("model", in.Model)
+	}
 	switch in.Route {
 	case engine.RouteChat:
 		if e := setUUIDs(ed, in); e != nil {

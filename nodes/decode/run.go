@@ -35,7 +35,7 @@ func (n *Decode) Run(ctx context.Context, x *engine.Exec) engine.Result {
 		res.Err = e
 		return res
 	}
-	in := &bodyIn{Route: x.Run.Req.Route, Body: st.Body, Obj: obj, Tokens: st.Tokens, Media: st.Media}
+	in := &bodyIn{Route: x.Run.Req.Route, Body: st.Body, Obj: obj, Tokens: st.Tokens, Media: st.Media, Model: leg.Model(x)}
 	if !n.aggregated && st.KV.PrefillRan && st.KV.Bootstrap == nil {
 		in.KV = st.KV.Params
 	}

@@ -20,7 +20,7 @@ import (
 // by it (vLLM's multimodal uuid, issue 10), as on the decode leg
 // (PROTOCOL 8). tokens and uuid are omitted when render gave the item no
 // features (no hash).
-func chatBody(st *engine.State, it *engine.MediaItem) (*jsonb.Body, error) {
+func chatBody(st *engine.State, it *engine.MediaItem, model []byte) (*jsonb.Body, error) {
 	p, ok := mm.PartAt(st.Body, it.PartStart, it.PartEnd)
 	if !ok {
 		return nil, fmt.Errorf("media item %d: its part is not in the body", it.Index)
@@ -34,7 +34,7 @@ func chatBody(st *engine.State, it *engine.MediaItem) (*jsonb.Body, error) {
 	}
 	pre := make([]byte, 0, 96+len(p.Type)*2)
 	pre = append(pre, '{')
-	if m, ok := mm.TopLevel(st.Body, "model"); ok {
+	if m, ok := modelOf(st, model); ok {
 		pre = append(pre, `"model":`...)
 		pre = append(pre, m...)
 		pre = append(pre, ',')
@@ -67,7 +67,7 @@ func chatBody(st *engine.State, it *engine.MediaItem) (*jsonb.Body, error) {
 //	 "sampling_params":{"max_tokens":1},"stream":false}
 //
 // No request_id, no min_tokens.
-func generateBody(st *engine.State, it *engine.MediaItem) (*jsonb.Body, error) {
+func generateBody(st *engine.State, it *engine.MediaItem, model []byte) (*jsonb.Body, error) {
 	if !it.HasFeatures {
 		return nil, fmt.Errorf("media item %d has no render features (hash, placeholder)", it.Index)
 	}
@@ -78,7 +78,7 @@ func generateBody(st *engine.State, it *engine.MediaItem) (*jsonb.Body, error) {
 	f := mm.ItemFeaturesJSON(it, true)
 	out := make([]byte, 0, len(ids)+len(f)+128)
 	out = append(out, '{')
-	if m, ok := mm.TopLevel(st.Body, "model"); ok {
+	if m, ok := modelOf(st, model); ok {
 		out = append(out, `"model":`...)
 		out = append(out, m...)
 		out = append(out, ',')
@@ -89,4 +89,13 @@ func generateBody(st *engine.State, it *engine.MediaItem) (*jsonb.Body, error) {
 	out = append(out, f...)
 	out = append(out, `,"sampling_params":{"max_tokens":1},"stream":false}`...)
 	return jsonb.Raw(out), nil
+}
+
+// modelOf is a target rule's model (a JSON string) when set, else the
+// client's.
+func modelOf(st *engine.State, model []byte) ([]byte, bool) {
+	if model != nil {
+		return model, true
+	}
+	return mm.TopLevel(st.Body, "model")
 }

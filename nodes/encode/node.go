@@ -147,15 +147,15 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 	path := engine.RouteChat.Path()
 	if generate {
 		path = engine.RouteGenerate.Path()
-		body, err = generateBody(st, it)
+		body, err = generateBody(st, it, leg.Model(x))
 	} else {
-		body, err = chatBody(st, it)
+		body, err = chatBody(st, it, leg.Model(x))
 	}
 	if err != nil {
 		e := engine.Errorf(engine.KindUpstreamProtocol, "cannot build the encoder request: %v", err)
 		return engine.Result{Err: e}
 	}
-	target, e := leg.Pick(n.client, upstream.RoleEncode)
+	target, e := leg.PickFor(x, n.client, upstream.RoleEncode)
 	if e != nil {
 		return engine.Result{Err: e}
 	}

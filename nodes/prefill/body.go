@@ -21,6 +21,7 @@ type bodyIn struct {
 	KV       json.RawMessage // kv connector's prefill params; nil with kv-sglang
 	EC       json.RawMessage // prepared ec_transfer_params; nil when empty
 	Boot     *boot           // kv-sglang fields, nil otherwise
+	Model    []byte          // a target rule's model (JSON string), nil: the client's
 }
 
 // boot is what a prefill leg carries with kv-sglang: port and room, plus
@@ -52,6 +53,7 @@ func build(in *bodyIn) (*jsonb.Body, string, *engine.Error) {
 	}
 	ed := jsonb.NewEditor(in.Body)
 	oe := ed.In(obj)
+	setModel(oe, in.Model)
 	capTop(oe)
 	if in.Route == engine.RouteCompletions {
 		if in.Tokens.Known {
@@ -70,6 +72,13 @@ func (in *bodyIn) object() (*jsonb.Object, *engine.Error) {
 		return in.Obj, nil
 	}
 	return leg.ParseBody(nil, in.Body)
+}
+
+// setModel puts a target rule's model over the client's (nil: no change).
+func setModel(oe *jsonb.ObjectEditor, model []byte) {
+	if model != nil {
+		oe.Set("model", model)
+	}
 }
 
 // capTop applies the single-token cap to a chat or completions body
@@ -102,6 +111,7 @@ func transferTop(oe *jsonb.ObjectEditor, in *bodyIn) {
 func buildGenerate(in *bodyIn, obj *jsonb.Object) (*jsonb.Body, *engine.Error) {
 	ed := jsonb.NewEditor(in.Body)
 	oe := ed.In(obj)
+	setModel(oe, in.Model)
 	// Output-length keys are read from sampling_params; cap any stray
 	// top-level ones too, as the endpoint may accept them.
 	oe.SetIfPresent("max_tokens", one)
@@ -146,6 +156,9 @@ func buildFreshGenerate(in *bodyIn, obj *jsonb.Object) (*jsonb.Body, *engine.Err
 	ids := mm.TokenJSON(in.Tokens)
 	feats := mm.FeaturesJSON(in.Media, true)
 	model, hasModel := obj.Get("model")
+	if in.Model != nil {
+		model, hasModel = in.Model, true
+	}
 	out := make([]byte, 0, len(ids)+len(feats)+len(model)+len(in.KV)+len(in.EC)+160)
 	out = append(out, `{"request_id":`...)
 	out = jsonb.AppendQuote(out, in.ReqID)

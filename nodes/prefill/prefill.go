@@ -162,7 +162,7 @@ func (n *Prefill) Contract() engine.Contract {
 		c.Needs = []engine.Need{{Key: engine.KeyTokens, Routes: []engine.Route{engine.RouteChat}}}
 	}
 	if n.concurrent {
-		c.SurvivesEnd = true
+		c.SurvivesEnd, c.SharedEndpoint = true, true
 	} else {
 		c.Provides = []engine.Key{engine.KeyKV}
 	}

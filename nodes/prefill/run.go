@@ -69,7 +69,7 @@ func (n *Prefill) input(x *engine.Exec) (*bodyIn, *engine.Error) {
 	}
 	in := &bodyIn{
 		Route: route, TokensIn: n.tokensIn, Body: st.Body, Obj: obj, ReqID: x.Run.Req.ID,
-		Tokens: st.Tokens, Media: st.Media, KV: n.kv.PrefillParams(),
+		Tokens: st.Tokens, Media: st.Media, KV: n.kv.PrefillParams(), Model: leg.Model(x),
 	}
 	prepared, err := n.ec.Prepare(st.EC)
 	if err != nil {

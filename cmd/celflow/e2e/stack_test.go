@@ -31,6 +31,7 @@ type stackOpts struct {
 	params   map[string]map[string]any // node params to override, by node id
 	server   map[string]string         // server: keys of the serve config
 	simArgs  []string                  // extra flags of every worker
+	extra    string                    // more top-level sections of the serve config (YAML)
 }
 
 // simProc is one simulator process.
@@ -101,6 +102,7 @@ func startStack(t *testing.T, o stackOpts) *stack {
 		}
 	}
 	fmt.Fprintf(&cfg, "upstream:\n%stelemetry:\n  log_level: info\n  log_format: json\nworkflow: ./workflow.yaml\n", up)
+	cfg.WriteString(o.extra)
 	cfgPath := filepath.Join(st.dir, "celflow.yaml")
 	writeFile(t, cfgPath, []byte(cfg.String()))
 

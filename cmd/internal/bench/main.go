@@ -50,6 +50,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	rounds := fs.Int("rounds", 5, "windows per cell, interleaved across the paths (duration and warm-up are split over them)")
 	quick := fs.Bool("quick", false, "a few seconds: short cells, concurrency 1 and 16, no Go micro-benchmarks")
 	goBench := fs.String("go-bench", "auto", "Go micro-benchmarks: auto (when go is on PATH and not --quick), on, off")
+	only := fs.String("only", "", "run one cell alone and print its report section on stdout instead of writing --out: overload")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -90,6 +91,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *only != "" {
+		return runOnly(ctx, o, *only, stdout, stderr)
+	}
 	if err := Run(ctx, o, *out, runGo); err != nil {
 		fmt.Fprintf(stderr, "celflow bench: %v\n", err)
 		return 1
@@ -114,13 +118,14 @@ func mainWorker(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("celflow bench worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
-	w := &Worker{}
-	fs.IntVar(&w.Chunks, "chunks", 20, "SSE events per streamed reply")
-	fs.DurationVar(&w.Gap, "gap", 2*time.Millisecond, "time between two SSE events")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+	chunks := fs.Int("chunks", 20, "SSE events per streamed reply")
+	gap := fs.Duration("gap", 2*time.Millisecond, "time between two SSE events")
+	service := fs.Duration("service", 0, "time a decode reply takes (0: at once)")
+	slots := fs.Int("slots", 0, "decode replies served at once when --service is set (0: unlimited)")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *slots < 0 {
 		return 2
 	}
-	return serve("celflow bench worker", *listen, w, stderr)
+	return serve("celflow bench worker", *listen, NewWorker(*chunks, *gap, *service, *slots), stderr)
 }
 
 func mainProxy(args []string, stderr io.Writer) int {
@@ -209,5 +214,25 @@ func mainLoad(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%.0f req/s, %d ok, %d errors%s\np50 %v p90 %v p99 %v max %v\n",
 		res.RPS(), res.OK, res.Errors, errNote(0, res.FirstError), res.Latency.P50, res.Latency.P90, res.Latency.P99, res.Latency.Max)
+	return 0
+}
+
+// runOnly runs one cell (--only) and prints its section and its targets.
+func runOnly(ctx context.Context, o Options, cell string, stdout, stderr io.Writer) int {
+	if cell != "overload" {
+		fmt.Fprintf(stderr, "celflow bench: --only %q: want overload\n", cell)
+		return 2
+	}
+	o.Only = cell
+	res, err := Measure(ctx, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "celflow bench: %v\n", err)
+		return 1
+	}
+	renderOverload(stdout, res.Overload)
+	fmt.Fprintf(stdout, "| target | source | measured | result |\n|---|---|---|---|\n")
+	for _, c := range overloadChecks(res.Overload) {
+		fmt.Fprintf(stdout, "| %s | %s | %s | %s |\n", c.Target, c.Source, c.Measured, c.Verdict)
+	}
 	return 0
 }

@@ -126,7 +126,8 @@ func Render(r *Results, m Machine, section string) string {
 	p("(no items), prefill, decode.\n\n")
 	p("**Reproduce, profile.** `make bench` (or `celflow bench --duration 5s --conc 1,16,64`; `--quick`\n")
 	p("for a smoke run). `celflow bench load --url URL --body small|200KB|stream` drives any server\n")
-	p("with the same generator. A whole request through the front, the engine and the nodes, in\n")
+	p("with the same generator; `celflow bench --only overload` runs the admission cell alone and prints\n")
+	p("its section. A whole request through the front, the engine and the nodes, in\n")
 	p("process, for a profile: `go test ./cmd/internal/bench -run '^$' -bench 'Serve/^pd$/200KB'\n")
 	p("-cpuprofile cpu.out` (BenchmarkServe, also in the Go micro-benchmarks below).\n\n")
 
@@ -198,6 +199,7 @@ func Render(r *Results, m Machine, section string) string {
 			x.Coalesced, x.Events, x.Errors)
 	}
 	p("\n")
+	renderOverload(&b, r.Overload)
 	if section == "" {
 		section = goBenchBegin + "\n## Go micro-benchmarks\n\nNot run yet: `celflow bench` runs them when `go` is on PATH.\n" + goBenchEnd
 	}

@@ -20,6 +20,8 @@ type Options struct {
 	Gap        time.Duration // between two events at the worker
 	Rounds     int           // windows per cell, interleaved across targets
 	Progress   io.Writer     // one line per cell
+	// Only, when "overload", runs the overload cell alone (overload.go).
+	Only string
 }
 
 // target is one thing the load generator hits.
@@ -65,11 +67,12 @@ type StreamCell struct {
 
 // Results is everything a run measured.
 type Results struct {
-	Opts    Options
-	Targets []target
-	Bodies  []body
-	Cells   []Cell
-	Streams []StreamCell
+	Opts     Options
+	Targets  []target
+	Bodies   []body
+	Cells    []Cell
+	Streams  []StreamCell
+	Overload *OverloadResult // the admission cell; nil when not run
 }
 
 // Measure starts the worker, the bare proxy and one celflow per workflow,
@@ -105,6 +108,14 @@ func Measure(ctx context.Context, o Options) (*Results, error) {
 		return p, nil
 	}
 	listen := func(addr string) ([]string, error) { return []string{"--listen", addr}, nil }
+	if o.Only == "overload" {
+		r := &Results{Opts: o}
+		r.Overload, err = measureOverload(ctx, o, dir, start)
+		if err == nil {
+			progressOverload(o.Progress, r.Overload)
+		}
+		return r, err
+	}
 	worker, err := start("worker", "/healthz", listen, "bench", "worker",
 		"--chunks", fmt.Sprint(o.Chunks), "--gap", o.Gap.String())
 	if err != nil {
@@ -177,6 +188,10 @@ func Measure(ctx context.Context, o Options) (*Results, error) {
 				conc, c.Target, res.Streams, round(res.FirstChunk.P50), round(res.ChunkLat.P50), round(res.ChunkLat.P99), res.Coalesced, errNote(res.Errors, res.FirstError))
 		}
 	}
+	if r.Overload, err = measureOverload(ctx, o, dir, start); err != nil {
+		return nil, err
+	}
+	progressOverload(o.Progress, r.Overload)
 	for _, p := range procs {
 		if !p.alive() {
 			return nil, fmt.Errorf("%s died during the run", p.name)

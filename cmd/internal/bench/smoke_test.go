@@ -32,6 +32,14 @@ func TestQuickBench(t *testing.T) {
 			t.Errorf("report lacks %q", want)
 		}
 	}
+	// The overload cell (issue 12) ran and accounted for every request: no
+	// reply other than 200 or 429 with Retry-After, none lost or hung.
+	if !bytes.Contains(doc, []byte("## Overload (admission control)")) {
+		t.Error("report lacks the overload cell")
+	}
+	if !strings.Contains(stderr.String(), "overload bound ") || !strings.Contains(stderr.String(), " 0 other") {
+		t.Errorf("overload cell: no line, or replies other than 200/429:\n%s", stderr.String())
+	}
 	// Every cell of the small body completed requests without errors: a
 	// benchmark of error replies measures nothing.
 	for _, ln := range strings.Split(stderr.String(), "\n") {

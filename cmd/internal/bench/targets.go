@@ -175,7 +175,7 @@ func Checks(r *Results, gb []GoBench, m Machine) []Check {
 		bin.Verdict = verdict(m.BinBytes <= 25<<20)
 	}
 	out = append(out, bin)
-	return out
+	return append(out, overloadChecks(r.Overload)...)
 }
 
 // ms prints a duration in milliseconds with three decimals.

@@ -29,6 +29,13 @@ import (
 type Worker struct {
 	Chunks int
 	Gap    time.Duration
+	// Service, when set, is the time a plain decode reply takes, holding one
+	// of Slots slots (0: unlimited) and waiting FIFO for a free one: a GPU
+	// serving a batch of Slots requests. Throughput then stops growing at
+	// concurrency Slots (the admission cell, overload.go). Use NewWorker.
+	Service time.Duration
+	Slots   int
+	slots   chan struct{}
 
 	seq     atomic.Int64
 	renders sync.Map // body length → the rendered ids after the first one
@@ -77,8 +84,31 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	case r.Header.Get("Accept") == "text/event-stream":
 		w.stream(rw)
 	default:
+		w.serve()
 		_, _ = rw.Write(decodeReply)
 	}
+}
+
+// NewWorker builds a worker; slots > 0 bounds the decode replies served at
+// once when service > 0.
+func NewWorker(chunks int, gap, service time.Duration, slots int) *Worker {
+	w := &Worker{Chunks: chunks, Gap: gap, Service: service, Slots: slots}
+	if slots > 0 {
+		w.slots = make(chan struct{}, slots)
+	}
+	return w
+}
+
+// serve spends the service time in a slot.
+func (w *Worker) serve() {
+	if w.Service <= 0 {
+		return
+	}
+	if w.slots != nil {
+		w.slots <- struct{}{}
+		defer func() { <-w.slots }()
+	}
+	time.Sleep(w.Service)
 }
 
 // stream writes Chunks stamped events Gap apart, flushing each.

@@ -29,22 +29,54 @@ func NewLeg(x *engine.Exec, role upstream.Role, path string, body *jsonb.Body, t
 		l.ReqID = x.Run.Req.ID
 		l.Extra = x.Run.LegHeader
 	}
+	if x.Target != nil {
+		l.TargetHeader = x.Target.Header
+	}
 	return l
+}
+
+// Model is the "model" a target rule puts on the node's legs (a JSON
+// string), nil to keep the body's. Body builders splice it over the
+// top-level "model" (added at the end when the client sent none).
+func Model(x *engine.Exec) []byte {
+	if x == nil || x.Target == nil {
+		return nil
+	}
+	return x.Target.Model
 }
 
 // Pick chooses a target for role; no target is KindBadGateway.
 func Pick(c *upstream.Client, role upstream.Role) (*upstream.Target, *engine.Error) {
-	return pick(c, role, nil)
+	return pick(c, role, "", nil)
 }
 
-func pick(c *upstream.Client, role upstream.Role, exclude []string) (*upstream.Target, *engine.Error) {
-	t, err := c.Pick(role, exclude...)
+// pick chooses from the named pool a target rule chose, else the role's.
+func pick(c *upstream.Client, role upstream.Role, pool string, exclude []string) (*upstream.Target, *engine.Error) {
+	var t *upstream.Target
+	var err error
+	if pool != "" {
+		t, err = c.PickPool(pool, exclude...)
+	} else {
+		t, err = c.Pick(role, exclude...)
+	}
 	if err != nil {
-		e := engine.Errorf(engine.KindBadGateway, "no %s target available", role)
+		what := string(role)
+		if pool != "" {
+			what = "pool " + pool
+		}
+		e := engine.Errorf(engine.KindBadGateway, "no %s target available", what)
 		e.Cause = err
 		return nil, e
 	}
 	return t, nil
+}
+
+// pool is the named pool x's target rule chose, "" for the role's.
+func pool(x *engine.Exec) string {
+	if x == nil || x.Target == nil {
+		return ""
+	}
+	return x.Target.Pool
 }
 
 // tried is the endpoints one node's attempts were sent to in one run.
@@ -58,7 +90,7 @@ type tried struct {
 // (FIELD-NOTES 4: retry prefill on another endpoint where celflow picks).
 func PickFor(x *engine.Exec, c *upstream.Client, role upstream.Role) (*upstream.Target, *engine.Error) {
 	if !c.Direct() || x.Run == nil {
-		return Pick(c, role)
+		return pick(c, role, pool(x), nil)
 	}
 	tr := x.Run.Shared("leg.tried/"+x.NodeID+"/"+strconv.Itoa(x.Index), func() any { return &tried{} }).(*tried)
 	tr.mu.Lock()
@@ -67,7 +99,7 @@ func PickFor(x *engine.Exec, c *upstream.Client, role upstream.Role) (*upstream.
 	if x.Attempt > 1 {
 		exclude = tr.urls
 	}
-	t, e := pick(c, role, exclude)
+	t, e := pick(c, role, pool(x), exclude)
 	if e == nil && t.Endpoint != nil {
 		tr.urls = append(tr.urls, t.Endpoint.URL)
 	}
@@ -97,4 +129,13 @@ func Failed(resp *http.Response, e *engine.Error) bool {
 		return resp.StatusCode >= 500
 	}
 	return e != nil && e.Kind == engine.KindBadGateway
+}
+
+// PredictHit is upstream's direct-mode hit prediction within the pool x's
+// target rule chose (the decode role's when none).
+func PredictHit(x *engine.Exec, c *upstream.Client, tokens []int64) (*upstream.Target, bool) {
+	if p := pool(x); p != "" {
+		return c.PredictHitIn(p, tokens)
+	}
+	return c.PredictHit(tokens)
 }
