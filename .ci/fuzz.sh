@@ -7,18 +7,29 @@
 # A failing target leaves its input in <package>/testdata/fuzz/FuzzX/<id>:
 # this script prints that path and the input itself, so a crasher found in
 # CI survives the CI machine. Commit the file: plain `go test` then replays
-# it as a regression case. Exit status: 1 when any target failed.
+# it as a regression case. Exit status: 1 when any target failed (Go 1.26's
+# spurious "context deadline exceeded" at the end of -fuzztime, with no
+# failing input, is reported but is not a failure: go.dev/issue/75804).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 GO="${GO:-go}"
 FUZZTIME="${FUZZTIME:-15s}"
 failed=()
+flaked=()
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 while IFS=: read -r file target; do
   dir="$(dirname "$file")"
   printf '== fuzz %-28s %-24s %s\n' "./$dir" "$target" "$FUZZTIME"
   if "$GO" test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "./$dir" >"$log" 2>&1; then
+    continue
+  fi
+  # Go 1.26's fuzz coordinator can report a bare "context deadline exceeded"
+  # when -fuzztime ends while a starved worker is mid-call (go.dev/issue/75804,
+  # fixed in Go 1.27). No input was found then: note it, do not fail.
+  if grep -q 'context deadline exceeded' "$log" && ! grep -q 'Failing input written\|failure while testing seed corpus\|panic:' "$log"; then
+    flaked+=("./$dir $target")
+    echo "fuzz: $target stopped with Go's fuzztime race (go.dev/issue/75804), no failing input; not a failure"
     continue
   fi
   failed+=("./$dir $target")
@@ -38,4 +49,4 @@ if [ ${#failed[@]} -gt 0 ]; then
   printf '  %s\n' "${failed[@]}"
   exit 1
 fi
-echo "fuzz: all targets passed"
+echo "fuzz: all targets passed${flaked[*]:+ (${#flaked[@]} stopped by go.dev/issue/75804: ${flaked[*]})}"

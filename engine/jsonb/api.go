@@ -4,6 +4,15 @@
 // Unknown fields, key order and number spelling survive unless a field is
 // deliberately edited; a replaced value keeps its key's position, an added
 // key goes at the end of its object, a removed key leaves with its separator.
+//
+// jsonb is celflow's one JSON layer: scanning (Parse, ObjectAt, Valid),
+// lookup (Object.Get, and the walk functions over validated bytes:
+// EachMember, EachElement, Lookup, TopLevel) and editing (Editor) all read
+// a member name the same way, as encoding/json decodes it. Parse and
+// ObjectAt refuse a name repeated in any object of the document
+// (*DuplicateKeyError), so an Object never has two members that one name
+// could mean, and no reader downstream (the editor, mm, a Python worker
+// where the last one wins) can pick a different one.
 package jsonb
 
 import "io"
@@ -24,16 +33,19 @@ type Member struct {
 }
 
 // Parse validates buf as JSON and indexes its top-level object. It fails
-// when buf is not valid JSON or not an object.
+// when buf is not valid JSON (*SyntaxError, which wins when both apply),
+// repeats a member name in any object (*DuplicateKeyError), or is not an
+// object (ErrNotObject).
 func Parse(buf []byte) (*Object, error) { return parse(buf) }
 
-// ObjectAt indexes the object whose '{' is at start (buf already valid JSON).
+// ObjectAt indexes the object whose '{' is at start (buf already valid
+// JSON); a repeated name inside it is a *DuplicateKeyError.
 func ObjectAt(buf []byte, start int) (*Object, error) { return objectAt(buf, start) }
 
 // Get returns a member's raw value.
 func (o *Object) Get(key string) ([]byte, bool) { return o.get(key) }
 
-// Member returns the index of a member, or -1.
+// Find returns the index of a member, or -1.
 func (o *Object) Find(key string) int { return o.find(key) }
 
 // Elements returns the [start,end) ranges of the elements of the array whose

@@ -2,7 +2,9 @@ package jsonb
 
 import (
 	"bytes"
+	"encoding/binary"
 	"hash/maphash"
+	"math"
 	"strconv"
 	"unicode/utf8"
 )
@@ -14,24 +16,23 @@ import (
 //
 // Names are compared as encoding/json decodes them ("a" and "\u0061" are
 // the same name; an invalid UTF-8 byte equals U+FFFD). The common case, an
-// object of a few dozen escape-free keys, costs one hash per key, one
-// integer comparison per earlier key of the same object and no allocation:
-// the keys of the objects being scanned sit on a fixed stack inside the
-// scanner. An object with more than
-// linearMax keys (or one nested deeper than the stack holds) moves its keys
-// to a hashed set, so a hostile object of 100k keys stays linear.
+// object of a few dozen escape-free keys, costs a length comparison per
+// earlier key of the same object and no allocation: the keys of the
+// objects being scanned sit on a fixed stack inside the scanner. An object
+// with more than linearMax keys (or one nested deeper than the stack
+// holds) moves its keys to a hashed set, so a hostile object of 100k keys
+// stays linear.
 
 // linearMax is the number of keys an object keeps on the stack before it
-// switches to a hashed set. Each key is hashed once (a memhash of a few
-// bytes); on the stack a repeat check is one uint64 comparison per earlier
-// key, so up to a few dozen keys the linear check beats any table.
-// Measured with BenchmarkObjectKeys (see the commit message).
+// switches to a hashed set: up to a few dozen short keys, comparing
+// lengths beats hashing every key (BenchmarkObjectKeys).
 const linearMax = 32
 
-// stackKeys is the stack's capacity: room for three levels of full
-// objects at once, which covers every real request body. Past it, objects
-// use a hashed set: correct, just not allocation-free.
-const stackKeys = 96
+// stackKeys is the stack's capacity: two levels of full objects at once,
+// more than real request bodies nest names. Past it, objects use a hashed
+// set: correct, just not allocation-free. The stack is zeroed with every
+// scanner, so it stays small (16 bytes a key).
+const stackKeys = 64
 
 // DuplicateKeyError reports a member name that occurs twice in one object.
 type DuplicateKeyError struct {
@@ -50,15 +51,43 @@ func (e *DuplicateKeyError) Error() string {
 	return "duplicate member name " + e.Path + " at offset " + strconv.Itoa(e.Offset)
 }
 
-// keyRef is one key: its quotes [start,end) and the hash of its text.
+// keyRef is one key on the stack: its quotes [start,end) and whether it
+// is plain. Offsets are 32-bit; a buffer over 4 GiB never uses the stack.
 type keyRef struct {
-	start, end int
-	h          uint64
+	start, end uint32
+	tail       uint32 // the name's last four bytes: most names of one length differ there
+	plain      bool
+}
+
+// tailOf packs the last four bytes of a quoted key's text (fewer when shorter).
+func tailOf(q []byte) uint32 {
+	in := q[1 : len(q)-1]
+	if len(in) >= 4 {
+		return binary.LittleEndian.Uint32(in[len(in)-4:])
+	}
+	var v uint32
+	for _, c := range in {
+		v = v<<8 | uint32(c)
+	}
+	return v
 }
 
 type keyStack struct {
-	refs [stackKeys]keyRef
-	n    int
+	refs  [stackKeys]keyRef
+	n     int
+	limit int // usable slots: stackKeys, or 0 for a buffer too long for keyRef
+}
+
+func (st *keyStack) init(buf []byte) {
+	if uint64(len(buf)) <= math.MaxUint32 {
+		st.limit = stackKeys
+	}
+}
+
+// wideRef is a key in a bigSet.
+type wideRef struct {
+	start, end int
+	h          uint32
 }
 
 // memberSet is the names seen so far in one object: n keys on the stack
@@ -68,78 +97,104 @@ type memberSet struct {
 	big     *bigSet
 }
 
-// bigSet indexes the keys of a large object by hash; keys with the same
-// hash are chained and compared exactly. It allocates its tables (a few
-// times per object as they grow), never per key.
+// bigSet indexes the keys of a large object in an open-addressing table
+// of their hashes (linear probing, at most half full); equal hashes are
+// confirmed by sameKey. It allocates only when it grows (doubling), never
+// per key, and costs about as much per key as the scan of the key itself.
 type bigSet struct {
-	refs []keyRef
-	prev []int32          // per ref: the previous ref with the same hash, -1
-	last map[uint64]int32 // hash -> the latest ref with it
+	refs  []wideRef
+	slots []int32 // 1 + index into refs, 0 = empty; len is a power of two
 }
 
 var keySeed = maphash.MakeSeed()
 
 // keyHash hashes a key's decoded text: escape-free keys in place, others
-// (rare) after decoding, so "a" and "\u0061" hash alike.
-func keyHash(q []byte) uint64 {
-	if plainKey(q) {
-		return maphash.Bytes(keySeed, q[1:len(q)-1])
+// (rare) after decoding, so "a" and "\u0061" hash alike. 32 bits are
+// plenty: equal hashes are only a hint, confirmed by sameKey, and the seed
+// is chosen per process, so a client cannot aim at collisions.
+func keyHash(q []byte, plain bool) uint32 {
+	if plain {
+		return uint32(maphash.Bytes(keySeed, q[1:len(q)-1]))
 	}
-	return maphash.String(keySeed, unquoteKey(q))
+	return uint32(maphash.String(keySeed, unquoteKey(q)))
 }
 
-// add records the key b[ks:ke] and reports whether the object already had it.
-func (ms *memberSet) add(st *keyStack, b []byte, ks, ke int) bool {
-	k := keyRef{start: ks, end: ke, h: keyHash(b[ks:ke])}
+// add records the key b[ks:ke] and reports whether the object already
+// had it. On the stack, a plain key is compared with each earlier one by
+// length and then bytes (different names almost always differ in length
+// or in their last bytes); only a key that is not plain is decoded.
+func (ms *memberSet) add(st *keyStack, b []byte, ks, ke int, plain bool) bool {
 	if ms.big == nil {
-		if ms.n < linearMax && st.n < len(st.refs) {
+		if ms.n < linearMax && st.n < st.limit {
 			dup := false
+			tail, n := tailOf(b[ks:ke]), uint32(ke-ks)
 			for j := ms.base; j < st.n; j++ {
-				if st.refs[j].h == k.h && sameKey(b, &st.refs[j], &k) {
+				r := &st.refs[j]
+				if plain && r.plain {
+					if r.end-r.start == n && r.tail == tail && string(b[r.start:r.end]) == string(b[ks:ke]) {
+						dup = true
+						break
+					}
+				} else if sameKey(b, int(r.start), int(r.end), ks, ke) {
 					dup = true
 					break
 				}
 			}
-			st.refs[st.n] = k
+			st.refs[st.n] = keyRef{start: uint32(ks), end: uint32(ke), tail: tail, plain: plain}
 			st.n++
 			ms.n++
 			return dup
 		}
-		bs := &bigSet{refs: make([]keyRef, 0, 2*linearMax), prev: make([]int32, 0, 2*linearMax),
-			last: make(map[uint64]int32, 2*linearMax)}
+		bs := &bigSet{refs: make([]wideRef, 0, 2*linearMax), slots: make([]int32, 4*linearMax)}
 		for j := ms.base; j < ms.base+ms.n; j++ {
-			bs.insert(b, st.refs[j]) // distinct: a repeat was already reported
+			r := &st.refs[j]
+			bs.insert(b, int(r.start), int(r.end), keyHash(b[r.start:r.end], r.plain)) // distinct: a repeat was already reported
 		}
 		ms.big = bs
 		st.n = ms.base // the nested objects that follow reuse the slots
 	}
 	ms.n++
-	return ms.big.insert(b, k)
+	return ms.big.insert(b, ks, ke, keyHash(b[ks:ke], plain))
 }
 
-// insert adds k and reports whether an equal key was there already.
-func (bs *bigSet) insert(b []byte, k keyRef) bool {
-	p, ok := bs.last[k.h]
-	if !ok {
-		p = -1
+// insert adds the key b[ks:ke] and reports whether an equal key was there already.
+func (bs *bigSet) insert(b []byte, ks, ke int, h uint32) bool {
+	if 2*(len(bs.refs)+1) > len(bs.slots) {
+		bs.grow()
 	}
-	for j := p; j >= 0; j = bs.prev[j] {
-		if sameKey(b, &bs.refs[j], &k) {
+	mask := uint32(len(bs.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		sl := bs.slots[i]
+		if sl == 0 {
+			bs.refs = append(bs.refs, wideRef{start: ks, end: ke, h: h})
+			bs.slots[i] = int32(len(bs.refs))
+			return false
+		}
+		if r := &bs.refs[sl-1]; r.h == h && sameKey(b, r.start, r.end, ks, ke) {
 			return true
 		}
 	}
-	bs.refs = append(bs.refs, k)
-	bs.prev = append(bs.prev, p)
-	bs.last[k.h] = int32(len(bs.refs) - 1)
-	return false
 }
 
-// sameKey compares two keys with equal hashes by their decoded text.
-func sameKey(b []byte, x, y *keyRef) bool {
-	if bytes.Equal(b[x.start:x.end], b[y.start:y.end]) {
+func (bs *bigSet) grow() {
+	bs.slots = make([]int32, 2*len(bs.slots))
+	mask := uint32(len(bs.slots) - 1)
+	for k := range bs.refs {
+		i := bs.refs[k].h & mask
+		for bs.slots[i] != 0 {
+			i = (i + 1) & mask
+		}
+		bs.slots[i] = int32(k + 1)
+	}
+}
+
+// sameKey compares the keys b[xs:xe] and b[ys:ye] (equal hashes) by their
+// decoded text.
+func sameKey(b []byte, xs, xe, ys, ye int) bool {
+	if bytes.Equal(b[xs:xe], b[ys:ye]) {
 		return true
 	}
-	return unquoteKey(b[x.start:x.end]) == unquoteKey(b[y.start:y.end])
+	return unquoteKey(b[xs:xe]) == unquoteKey(b[ys:ye])
 }
 
 // plainKey reports whether a quoted key reads as its own bytes: no escape

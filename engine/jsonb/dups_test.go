@@ -147,3 +147,41 @@ func BenchmarkObjectKeys(b *testing.B) {
 		})
 	}
 }
+
+// The hashed set takes over when the stack is full (deep objects of many
+// keys) or unusable (a buffer over 4 GiB: limit 0); both find the same
+// duplicates as the stack.
+func TestDuplicatesPastTheStack(t *testing.T) {
+	obj := func(prefix, inner string, dup bool) string {
+		var sb strings.Builder
+		sb.WriteString(`{`)
+		for i := range linearMax {
+			sb.WriteString(`"` + prefix + strconv.Itoa(i) + `":1,`)
+		}
+		if dup {
+			sb.WriteString(`"` + prefix + `3":1,`)
+		}
+		sb.WriteString(`"in":` + inner + `}`)
+		return sb.String()
+	}
+	deep := obj("a", obj("b", obj("c", obj("d", `{}`, true), false), false), false)
+	docs := []string{deep, obj("a", obj("b", `{"x":1,"y":2,"x":3}`, false), false), `{"a":1,"b":{"a":1},"\u0062":2}`, `{"a":1,"b":2}`}
+	for _, doc := range docs {
+		want := referenceDuplicate([]byte(doc)) != nil
+		for _, limit := range []int{stackKeys, 0} {
+			s := scanner{b: []byte(doc), dups: true, dupAt: -1}
+			s.keys.limit = limit
+			if _, err := s.object(0, nil); err != nil {
+				t.Fatal(err)
+			}
+			if got := s.dupAt >= 0; got != want {
+				t.Errorf("limit %d: duplicate %v, want %v in %.80s…", limit, got, want, doc)
+			}
+		}
+	}
+	_, err := Parse([]byte(deep))
+	var dup *DuplicateKeyError
+	if !errors.As(err, &dup) || dup.Path != "in.in.in.d3" {
+		t.Fatalf("deep: %v", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // maxDepth bounds nesting so a hostile body cannot exhaust the stack.
@@ -183,6 +184,28 @@ func (s *scanner) str(i int) (int, error) {
 	}
 }
 
+// key scans an object key whose quote is at i, like str, and reports
+// whether it is plain (no escape, valid UTF-8: its bytes are its name).
+// Keys are short, so one byte loop does both; an escape or a control byte
+// hands the key to str, which validates and words the error.
+func (s *scanner) key(i int) (int, bool, error) {
+	b := s.b
+	high := false
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return j + 1, !high || utf8.Valid(b[i+1:j]), nil
+		case c == '\\' || c < 0x20:
+			end, err := s.str(i)
+			return end, false, err
+		case c >= utf8.RuneSelf:
+			high = true
+		}
+	}
+	end, err := s.str(i) // unterminated
+	return end, false, err
+}
+
 func isHex4(h []byte) bool {
 	for _, c := range h {
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
@@ -207,11 +230,11 @@ func (s *scanner) object(i int, members *[]Member) (int, error) {
 			return i, s.fail(i, "expected object key")
 		}
 		ks := i
-		ke, err := s.str(i)
+		ke, plain, err := s.key(i)
 		if err != nil {
 			return ke, err
 		}
-		if s.dups && names.add(&s.keys, s.b, ks, ke) && s.dupAt < 0 {
+		if s.dups && names.add(&s.keys, s.b, ks, ke, plain) && s.dupAt < 0 {
 			s.dupAt = ks
 		}
 		i = s.ws(ke)
@@ -225,7 +248,13 @@ func (s *scanner) object(i int, members *[]Member) (int, error) {
 			return ve, err
 		}
 		if members != nil {
-			*members = append(*members, Member{Key: unquoteKey(s.b[ks:ke]), KeyStart: ks, ValStart: vs, ValEnd: ve})
+			name := ""
+			if plain {
+				name = string(s.b[ks+1 : ke-1])
+			} else {
+				name = unquoteKey(s.b[ks:ke])
+			}
+			*members = append(*members, Member{Key: name, KeyStart: ks, ValStart: vs, ValEnd: ve})
 		}
 		i = s.ws(ve)
 		if i >= len(s.b) {
@@ -304,6 +333,7 @@ func unquoteString(q []byte) (string, bool) {
 
 func parse(buf []byte) (*Object, error) {
 	s := scanner{b: buf, dups: true, dupAt: -1}
+	s.keys.init(buf)
 	i := s.ws(0)
 	if i >= len(buf) {
 		return nil, s.fail(i, "empty body")
@@ -335,6 +365,7 @@ func parse(buf []byte) (*Object, error) {
 
 func objectAt(buf []byte, start int) (*Object, error) {
 	s := scanner{b: buf, dups: true, dupAt: -1}
+	s.keys.init(buf)
 	if start < 0 || start >= len(buf) || buf[start] != '{' {
 		return nil, ErrNotObject
 	}

@@ -1,6 +1,7 @@
 package mm
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -22,6 +23,10 @@ func ParseRenderChat(resp []byte, media []MediaItem) (Tokens, []MediaItem, error
 	out := append([]MediaItem(nil), media...)
 	obj, err := jsonb.Parse(resp)
 	if err != nil {
+		var dup *jsonb.DuplicateKeyError
+		if errors.As(err, &dup) {
+			return Tokens{}, nil, protoErr("reply repeats the member name "+dup.Path, err)
+		}
 		return Tokens{}, nil, protoErr("reply is not one JSON object", err)
 	}
 	t, e := renderTokens(resp, obj)

@@ -72,6 +72,7 @@ func TestParseRenderChatVariants(t *testing.T) {
 		{"no token_ids", `{"features":null}`, nil, "no token_ids", "", false},
 		{"bad token_ids", `{"token_ids":[1.5]}`, nil, "token_ids[0]", "", false},
 		{"array reply", `[{"token_ids":[1]}]`, nil, "not one JSON object", "", false},
+		{"repeated name", `{"token_ids":[1],"features":{"mm_hashes":{"image":["a"],"image":["b"]}}}`, nil, "repeats the member name features.mm_hashes.image", "", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -58,3 +58,14 @@ func FuzzCheckBase64(f *testing.F) {
 		}
 	})
 }
+
+// Found by FuzzCheckBase64: encoding/base64 skips \r and \n even in strict
+// mode, so a last quantum of line breaks was "valid" (3 bytes). Line breaks
+// anywhere are refused now (seeds: testdata/fuzz/FuzzCheckBase64/*newline*, crlf-*).
+func TestCheckBase64LineBreaks(t *testing.T) {
+	for _, p := range []string{"\n\n\n\n", "AAAA\n\n\n\n", "AA\r\nA", "AAA\n", "\r\r\r\r"} {
+		if n, err := checkBase64([]byte(p), 1<<20); err == nil {
+			t.Errorf("%q accepted as %d bytes", p, n)
+		}
+	}
+}
