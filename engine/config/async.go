@@ -57,8 +57,8 @@ func (c *Config) decodeAsync(v values) {
 	v.str("/async/redis_url", &a.RedisURL)
 	v.str("/async/backend", &a.Backend)
 	v.str("/async/key_prefix", &a.KeyPrefix)
-	v.strs("/async/queues", &a.Queues)
-	v.strs("/async/tiers", &a.Tiers)
+	v.list("/async/queues", &a.Queues)
+	v.list("/async/tiers", &a.Tiers)
 	v.dur("/async/timeouts/wait", &a.WaitTimeout)
 	v.dur("/async/timeouts/wait_max", &a.WaitMax)
 	v.dur("/async/timeouts/enqueue", &a.EnqueueTimeout)
@@ -77,17 +77,3 @@ func (c *Config) decodeAsync(v values) {
 	c.Async = a
 }
 
-func (v values) strs(ptr string, dst *[]string) {
-	x, ok := v.d.Value(ptr)
-	if !ok {
-		return
-	}
-	items, _ := x.([]any)
-	out := make([]string, 0, len(items))
-	for _, it := range items {
-		if s, ok := it.(string); ok {
-			out = append(out, s)
-		}
-	}
-	*dst = out
-}
