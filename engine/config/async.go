@@ -76,4 +76,3 @@ func (c *Config) decodeAsync(v values) {
 	v.int("/async/dispatcher/budget", &a.Budget)
 	c.Async = a
 }
-
