@@ -125,7 +125,7 @@ func openAIError(b []byte, max int) (msg, param string) {
 			break
 		}
 	}
-	if errObject && haveFlat {
+	if errObject && haveFlat && flat != "" { // a param is relayed only with its message
 		return flat, flatParam
 	}
 	return "", ""
