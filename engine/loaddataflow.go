@@ -117,6 +117,7 @@ func (c *compiler) dataflow(g *graph.Graph, order []int, anc []graph.Set) {
 			"node %s needs %s on the %s, but this path reaches it without %s surely provided: %s%s",
 			quote(nodes[m.node].id), m.key, route, m.key, strings.Join(names, " → "), c.providers(m.key))
 	}
+	c.wanted(anc)
 	// Two writers of one key must be ordered, or they race on the run state.
 	for k := range bits {
 		var ps []int
@@ -148,4 +149,38 @@ func (c *compiler) providers(k Key) string {
 		return fmt.Sprintf(" (no node provides %s)", k)
 	}
 	return fmt.Sprintf(" (%s provided by %s, which is missing from this path, may be skipped by a guard or fan out over no items, or is behind a conditional edge)", k, strings.Join(ps, ", "))
+}
+
+// wanted warns about Contract.Wants: data that no node preceding the
+// wanting node provides (and, for tokens and features, that the route's
+// entry does not bring: generate), on a route the want lists.
+func (c *compiler) wanted(anc []graph.Set) {
+	for i, n := range c.w.nodes {
+		for _, w := range n.contract.Wants {
+			var routes []string
+			for _, r := range Routes {
+				if !c.w.routes[r] || (len(w.Routes) > 0 && !slices.Contains(w.Routes, r)) {
+					continue
+				}
+				if r == RouteGenerate && (w.Key == KeyTokens || w.Key == KeyFeatures || w.Key == KeyMedia) {
+					continue // the front parses a generate body's tokens and features at entry
+				}
+				provided := false
+				for j, p := range c.w.nodes {
+					if anc[i].Has(j) && slices.Contains(p.contract.Provides, w.Key) && p.when.OnRoute(r.String()) != celenv.False {
+						provided = true
+						break
+					}
+				}
+				if !provided {
+					routes = append(routes, r.String())
+				}
+			}
+			if len(routes) == 0 {
+				continue
+			}
+			c.warnf(RuleWanted, c.specs[i].ptr+"/type", "node %s has no %s on the %s route(s): no node before it provides them; %s",
+				quote(n.id), w.Key, strings.Join(routes, " and "), n.contract.Why)
+		}
+	}
 }

@@ -43,6 +43,7 @@ const (
 	RuleRacingResponders = "graph/racing-responders"
 	RuleDataflow         = "dataflow/missing-input"
 	RuleProviders        = "dataflow/unordered-providers"
+	RuleWanted           = "dataflow/never-provided"
 	RuleTestRoute        = "tests/route-not-served"
 	RuleTestNode         = "tests/unknown-node"
 	RuleTestFailed       = "tests/failed"
@@ -87,6 +88,7 @@ func init() {
 		schema.Rule{ID: RuleUnanswered, Summary: "a way a run can end (on some route, for some outcome) where no node answers the client and nothing failed", Fix: "add a responder (decode) after the node the path ends at, or route that outcome elsewhere"},
 		schema.Rule{ID: RuleRacingResponders, Summary: "warning: two responders can run at the same time; the first to answer wins", Fix: "order them (one needs the other, with an if:) or make their guards exclusive"},
 		schema.Rule{ID: RuleDataflow, Summary: "a node needs data (tokens, media, ec, kv) that is not provided on every path into it", Fix: "add the provider (render, fetch, encode, prefill) before it on that path"},
+		schema.Rule{ID: RuleWanted, Summary: "warning: data a node works without, but whose absence defeats it, can never precede it on a route (direct-mode conditional decode without render never predicts a hit)", Fix: "add the provider (render) before the node on that route, or follow the node's hint (conditional-decode: mode: worker)"},
 		schema.Rule{ID: RuleProviders, Summary: "two nodes provide the same data and are not ordered", Fix: "make one need the other"},
 		schema.Rule{ID: RuleTestRoute, Summary: "a tests: request on a route the workflow does not serve", Fix: "use a route listed in routes:"},
 		schema.Rule{ID: RuleTestNode, Summary: "a tests: entry naming an unknown node", Fix: "name an existing node id"},

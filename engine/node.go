@@ -60,6 +60,12 @@ type Contract struct {
 	// outside its own legs (the concurrent SGLang session, shared with
 	// decode), so a target rule may not choose its pool.
 	SharedEndpoint bool
+	// Wants is data the node runs without but whose absence on a route
+	// defeats it (direct-mode conditional decode predicts hits from the
+	// prompt's tokens). The compiler warns, naming Why, when no node that
+	// provides it can precede the node on a route the need lists.
+	Wants []Need
+	Why   string
 	// Statuses are the upstream HTTP statuses with a meaning of their own
 	// that the node's failures carry (conditional-decode: 412, the miss).
 	// The ending proof tries them; an edge comparing a predecessor's

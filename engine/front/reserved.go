@@ -1,7 +1,6 @@
 package front
 
 import (
-	"bytes"
 	"strconv"
 
 	"github.com/celflow/celflow/engine"
@@ -71,6 +70,9 @@ func (f ClientFields) has(b ClientFields) bool { return f&b != 0 }
 // be there, so a body without one costs no allocation.
 func GuardFields(route engine.Route, body []byte, obj *jsonb.Object, allow ClientFields) ([]byte, *jsonb.Object, *engine.Error) {
 	var msgs *jsonb.Member
+	// The index's name filter says, without another pass over the bytes,
+	// whether a nested transfer-params member can exist at all.
+	transfer := obj.MayHaveKey("kv_transfer_params") || obj.MayHaveKey("ec_transfer_params")
 	for i := range obj.Members {
 		m := &obj.Members[i]
 		switch m.Key {
@@ -95,10 +97,16 @@ func GuardFields(route engine.Route, body []byte, obj *jsonb.Object, allow Clien
 				return nil, nil, reserved(m.Key, "cache_hit_threshold")
 			}
 		case "sampling_params":
+			if !transfer {
+				continue
+			}
 			if e := guardTransfer(body, m, "sampling_params", "extra_args", allow); e != nil {
 				return nil, nil, e
 			}
 		case "vllm_xargs":
+			if !transfer {
+				continue
+			}
 			// vLLM merges vllm_xargs into SamplingParams.extra_args, where
 			// its connectors look for the transfer params.
 			if e := guardTransfer(body, m, "vllm_xargs", "", allow); e != nil {
@@ -108,7 +116,7 @@ func GuardFields(route engine.Route, body []byte, obj *jsonb.Object, allow Clien
 			msgs = m
 		}
 	}
-	if msgs == nil || route != engine.RouteChat || allow.has(FieldMediaUUID) || !mayName(body[msgs.ValStart:msgs.ValEnd], "uuid") {
+	if msgs == nil || route != engine.RouteChat || allow.has(FieldMediaUUID) || !obj.MayHaveKey("uuid") {
 		return body, obj, nil
 	}
 	return stripPartUUIDs(body, obj, msgs)
@@ -121,8 +129,7 @@ func guardTransfer(body []byte, m *jsonb.Member, path, inner string, allow Clien
 	if allow.has(FieldKVTransfer) && allow.has(FieldECTransfer) {
 		return nil
 	}
-	raw := body[m.ValStart:m.ValEnd]
-	if raw[0] != '{' || !mayName(raw, "_transfer_params") {
+	if body[m.ValStart] != '{' {
 		return nil
 	}
 	o, err := jsonb.ObjectAt(body, m.ValStart)
@@ -150,12 +157,6 @@ func guardTransfer(body []byte, m *jsonb.Member, path, inner string, allow Clien
 	return nil
 }
 
-// mayName reports whether raw may hold a key containing name: the bytes
-// appear literally, or raw holds a \u escape (a key may spell any letter as
-// one, and a worker unescapes keys before reading them).
-func mayName(raw []byte, name string) bool {
-	return bytes.Contains(raw, []byte(name)) || bytes.Contains(raw, []byte(`\u`))
-}
 
 // stripPartUUIDs removes "uuid" from every object in messages[*].content[*]
 // (whatever its type: vLLM reads a part's uuid on every media part type it

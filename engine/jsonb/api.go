@@ -23,6 +23,20 @@ type Object struct {
 	Buf        []byte
 	Start, End int // the object's '{' and one past its '}'
 	Members    []Member
+	// names is a one-word Bloom filter over every member name in the
+	// object and everything nested in it (Parse and ObjectAt fill it in
+	// their single scan): MayHaveKey answers "surely absent" without
+	// another pass over the bytes.
+	names uint64
+}
+
+// MayHaveKey reports whether some object at any depth of o (o included)
+// may have a member named name, compared after unescaping. False is
+// certain: no such member exists. True may be a false positive (one bit of
+// 64 per name), so a caller then looks for real.
+func (o *Object) MayHaveKey(name string) bool {
+	b := keyBit(name)
+	return o.names&b == b
 }
 
 // Member is one key/value pair of an Object.

@@ -62,6 +62,14 @@ func FuzzParse(f *testing.F) {
 		if referenceDuplicate(doc) != nil {
 			t.Fatal("a duplicate went unreported")
 		}
+		var all any
+		if json.Unmarshal(doc, &all) == nil {
+			forEachName(all, func(name string) {
+				if !o.MayHaveKey(name) {
+					t.Fatalf("MayHaveKey(%q) = false for a name the document holds", name)
+				}
+			})
+		}
 		var ref map[string]json.RawMessage
 		if err := json.Unmarshal(doc, &ref); err != nil {
 			t.Fatalf("encoding/json cannot read an accepted object: %v", err)
@@ -178,4 +186,19 @@ func sameJSON(a, b []byte) bool {
 		return false
 	}
 	return bytes.Equal(x.Bytes(), y.Bytes())
+}
+
+// forEachName calls f with every member name of every object in v.
+func forEachName(v any, f func(string)) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			f(k)
+			forEachName(e, f)
+		}
+	case []any:
+		for _, e := range x {
+			forEachName(e, f)
+		}
+	}
 }

@@ -301,3 +301,24 @@ func TestArrayNumbers(t *testing.T) {
 		t.Errorf("elements %v, %v", els, err)
 	}
 }
+
+// MayHaveKey is never wrong about a name that is there, at any depth and
+// however escaped, and rules out names that are not (for these, at least:
+// a false positive is allowed by contract but would show here).
+func TestMayHaveKey(t *testing.T) {
+	o, err := Parse([]byte(`{"model":"m","messages":[{"content":[{"type":"image_url","uui\u0064":"x"}]}],"sampling_params":{"extra_args":{"kv_transfer_params":{}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"model", "messages", "content", "type", "uuid", "sampling_params", "extra_args", "kv_transfer_params"} {
+		if !o.MayHaveKey(k) {
+			t.Errorf("MayHaveKey(%q) = false for a present name", k)
+		}
+	}
+	plain, _ := Parse([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+	for _, k := range []string{"uuid", "kv_transfer_params", "ec_transfer_params"} {
+		if plain.MayHaveKey(k) {
+			t.Errorf("MayHaveKey(%q) = true for an absent name (a collision in the 64-bit filter: pick other seeds or widen it)", k)
+		}
+	}
+}

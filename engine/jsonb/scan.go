@@ -34,6 +34,26 @@ type scanner struct {
 	dups  bool
 	dupAt int
 	keys  keyStack
+	// names collects keyBit of every member name scanned (Object.names).
+	names uint64
+}
+
+// keyBit is a name's bit in Object.names: FNV-1a, folded to 6 bits.
+func keyBit(name string) uint64 {
+	h := uint32(2166136261)
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint32(name[i])) * 16777619
+	}
+	return 1 << ((h ^ h>>6 ^ h>>12 ^ h>>18 ^ h>>24) & 63)
+}
+
+// keyBitRaw is keyBit of a plain key's bytes, without a string.
+func keyBitRaw(name []byte) uint64 {
+	h := uint32(2166136261)
+	for _, c := range name {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	return 1 << ((h ^ h>>6 ^ h>>12 ^ h>>18 ^ h>>24) & 63)
 }
 
 func (s *scanner) fail(i int, msg string) error { return &SyntaxError{Offset: i, Msg: msg} }
@@ -237,6 +257,13 @@ func (s *scanner) object(i int, members *[]Member) (int, error) {
 		if s.dups && names.add(&s.keys, s.b, ks, ke, plain) && s.dupAt < 0 {
 			s.dupAt = ks
 		}
+		if s.dups {
+			if plain {
+				s.names |= keyBitRaw(s.b[ks+1 : ke-1])
+			} else {
+				s.names |= keyBit(unquoteKey(s.b[ks:ke])) // escaped names: rare
+			}
+		}
 		i = s.ws(ke)
 		if i >= len(s.b) || s.b[i] != ':' {
 			return i, s.fail(i, "expected ':'")
@@ -359,7 +386,7 @@ func parse(buf []byte) (*Object, error) {
 	if buf[i] != '{' {
 		return nil, ErrNotObject
 	}
-	o.End = end
+	o.End, o.names = end, s.names
 	return o, nil
 }
 
@@ -377,7 +404,7 @@ func objectAt(buf []byte, start int) (*Object, error) {
 	if s.dupAt >= 0 {
 		return nil, duplicateAt(buf, start, s.dupAt)
 	}
-	o.End = end
+	o.End, o.names = end, s.names
 	return o, nil
 }
 

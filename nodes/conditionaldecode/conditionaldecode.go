@@ -109,7 +109,14 @@ func Build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 
 // Contract: the node may answer the client (a hit ends the run).
 func (n *ConditionalDecode) Contract() engine.Contract {
-	return engine.Contract{Role: string(upstream.RoleDecode), Responds: true, Statuses: []int{412}}
+	c := engine.Contract{Role: string(upstream.RoleDecode), Responds: true, Statuses: []int{412}}
+	if n.client != nil && n.client.Direct() && n.threshold == nil {
+		// Predicted mode, direct: celflow's prefix index decides from T.
+		// Generate brings T at entry; chat and completions need a render.
+		c.Wants = []engine.Need{{Key: engine.KeyTokens, Routes: []engine.Route{engine.RouteChat, engine.RouteCompletions}}}
+		c.Why = "in direct mode celflow predicts a hit from the prompt's tokens; without them every request is a predicted miss and the node never sends its leg (render before it, or use mode: worker and let the decode worker decide)"
+	}
+	return c
 }
 
 var _ engine.Node = (*ConditionalDecode)(nil)
