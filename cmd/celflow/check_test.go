@@ -117,3 +117,35 @@ func TestServeCheck(t *testing.T) {
 		}
 	}
 }
+
+// Direct-mode conditional decode in predicted mode with no render before it
+// can never predict a hit on chat or completions: validate --config warns
+// (issue 12); gateway mode and worker mode do not.
+func TestCheckServeConditionalDecodeWithoutTokens(t *testing.T) {
+	dir := t.TempDir()
+	wf := writeFile(t, dir, "cd.yaml", `apiVersion: celflow/v1
+kind: Workflow
+metadata: {name: cd, version: "1"}
+routes: [chat, generate]
+defaults: {kv_connector: kv-nixl}
+nodes:
+  - id: try_decode
+    type: conditional-decode
+  - id: prefill
+    type: prefill
+    needs: [{node: try_decode, if: response.status == 412}]
+  - id: decode
+    type: decode
+    needs: [prefill]
+`)
+	_ = wf
+	direct := writeFile(t, dir, "direct.yaml", "upstream: {pools: {prefill: [http://127.0.0.1:9], decode: [http://127.0.0.1:9]}}\nworkflow: cd.yaml\n")
+	ds, _ := checkServe(direct, func(string) string { return "" }, nil, false)
+	if out := ds.String(); ds.HasErrors() || !strings.Contains(out, `warning: node "try_decode" has no tokens on the chat route(s)`) || !strings.Contains(out, "[dataflow/never-provided]") {
+		t.Fatalf("direct mode: want the warning on chat only (generate brings its tokens):\n%s", out)
+	}
+	gateway := writeFile(t, dir, "gateway.yaml", "upstream: {gateway: http://127.0.0.1:9}\nworkflow: cd.yaml\n")
+	if ds, _ := checkServe(gateway, func(string) string { return "" }, nil, false); len(ds) != 0 {
+		t.Fatalf("gateway mode: want no diagnostics:\n%s", ds)
+	}
+}

@@ -157,7 +157,6 @@ func guardTransfer(body []byte, m *jsonb.Member, path, inner string, allow Clien
 	return nil
 }
 
-
 // stripPartUUIDs removes "uuid" from every object in messages[*].content[*]
 // (whatever its type: vLLM reads a part's uuid on every media part type it
 // knows, some of which celflow does not fetch) and re-indexes the new body.
