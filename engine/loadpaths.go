@@ -27,7 +27,14 @@ import (
 // outgoing edges do with them, so the walk stays small: the statuses tried
 // are a few generic ones, those node types declare (412), and the literals
 // the edges compare with. maxWalks bounds the work per route; past it the
-// proof gives up silently (no workflow shipped comes near).
+// proof stops and says so in a warning (no workflow shipped comes near).
+//
+// A walk that had to guess — a guard or an edge condition the facts cannot
+// decide, taken both ways — proves nothing about the request that would
+// take it: two guards such as `"x" in request.headers` and its negation are
+// exclusive, but the walk cannot tell. A path without an answer is an error
+// only when some walk reaching it made no such guess; otherwise it is a
+// warning naming the undecided guards.
 
 const maxWalks = 200_000
 
@@ -62,12 +69,15 @@ type pathWalker struct {
 
 	unanswered map[int]*unansweredPath // by the last node that ran
 	races      map[[2]int]bool
+	capped     []string // routes whose walk stopped at maxWalks
 }
 
 type unansweredPath struct {
-	routes []string
-	path   string
-	when   string
+	routes  []string
+	path    string
+	when    string
+	certain bool     // some walk reached it without guessing
+	guesses []string // the undecided guards and edges of a guessing walk
 }
 
 func (c *compiler) paths(order []int, anc []graph.Set) {
@@ -103,6 +113,13 @@ func (c *compiler) paths(order []int, anc []graph.Set) {
 			st := &walkState{fire: make([]fireState, pw.nedges), label: make([]string, len(nodes)), state: make([]byte, len(nodes))}
 			pw.step(0, st)
 		}
+		if pw.walks > maxWalks {
+			pw.capped = append(pw.capped, pw.format)
+		}
+	}
+	if len(pw.capped) > 0 {
+		d := c.warnf(RuleUnanswered, "", "the ending proof stopped after %d paths on the %s route(s): paths beyond them were not checked for an answer", maxWalks, strings.Join(pw.capped, " and "))
+		d.Hint = "split the workflow, or make guards decidable (compare request fields with literals) so fewer paths branch"
 	}
 	for _, last := range pw.sortedUnanswered() {
 		u := pw.unanswered[last]
@@ -110,10 +127,17 @@ func (c *compiler) paths(order []int, anc []graph.Set) {
 		if len(u.routes) > 1 {
 			route += "s"
 		}
+		if !u.certain {
+			d := c.warnf(RuleUnanswered, c.specs[last].ptr+"/id",
+				"a run may end with no answer on the %s%s: the path %s ends at %s, if a request can make %s come out that way (celflow cannot decide them at load; the request would get 500 \"no node answered the client\")",
+				route, u.when, u.path, quote(nodes[last].id), strings.Join(u.guesses, " and "))
+			d.Hint = "make sure the guards cover every request (an else branch: the negation of the other guard), or add a responder at the end of this path"
+			continue
+		}
 		d := c.errf(RuleUnanswered, c.specs[last].ptr+"/id",
 			"a run can end with no answer on the %s%s: the path %s ends at %s, and no node answers the client (the request would get 500 \"no node answered the client\")",
 			route, u.when, u.path, quote(nodes[last].id))
-		d.Hint = fmt.Sprintf("add a responder (decode) that needs %s, or route that outcome to one", quote(nodes[last].id))
+		d.Hint = fmt.Sprintf("add a responder after %s (a decode that needs it), or route that outcome to one", quote(nodes[last].id))
 	}
 	for _, pr := range pw.sortedRaces() {
 		a, b := pr[0], pr[1]
@@ -197,11 +221,19 @@ type walkState struct {
 	label    []string
 	state    []byte
 	answered []int
+	guesses  []string // undecided guards and edges this walk took one way
 }
 
 func (st *walkState) clone() *walkState {
 	return &walkState{fire: slices.Clone(st.fire), label: slices.Clone(st.label),
-		state: slices.Clone(st.state), answered: slices.Clone(st.answered)}
+		state: slices.Clone(st.state), answered: slices.Clone(st.answered), guesses: slices.Clone(st.guesses)}
+}
+
+// guess notes an undecided guard or edge the walk took one way.
+func (st *walkState) guess(what string) {
+	if !slices.Contains(st.guesses, what) {
+		st.guesses = append(st.guesses, what)
+	}
 }
 
 func (pw *pathWalker) step(pos int, st *walkState) {
@@ -239,6 +271,7 @@ func (pw *pathWalker) step(pos int, st *walkState) {
 			s = st.clone()
 			for b, k := range maybes {
 				s.fire[pw.eidx[i][k]] = map[bool]fireState{true: fireYes, false: fireNo}[mask&(1<<b) != 0]
+				s.guess("the edge " + n.needs[k].label)
 			}
 		}
 		pw.decide(pos, i, s)
@@ -263,6 +296,10 @@ func (pw *pathWalker) decide(pos, i int, st *walkState) {
 		return
 	}
 	g := n.when.Decide(pw.facts)
+	if g == celenv.Unknown && n.when != nil {
+		st = st.clone()
+		st.guess("the guard of " + quote(n.id))
+	}
 	if g != celenv.True || n.foreach != nil {
 		s := st.clone()
 		s.state[i], s.label[i] = 's', "skipped"
@@ -299,6 +336,9 @@ func (pw *pathWalker) decide(pos, i int, st *walkState) {
 					continue
 				}
 				s2 := s.clone()
+				if slices.Contains(cl.out, fireMaybe) {
+					s2.guess("the edges from " + quote(n.id))
+				}
 				pw.setOut(s2, i, out)
 				pw.step(pos+1, s2)
 			}
@@ -380,6 +420,11 @@ func (pw *pathWalker) recordUnanswered(st *walkState) {
 	}
 	if !slices.Contains(u.routes, pw.format) {
 		u.routes = append(u.routes, pw.format)
+	}
+	if len(st.guesses) == 0 {
+		u.certain = true
+	} else if !u.certain && len(u.guesses) == 0 {
+		u.guesses = st.guesses
 	}
 }
 
