@@ -209,6 +209,11 @@ type Run struct {
 	// fairness id). A node sets it before any leg is built (it runs first);
 	// read-only afterwards. Nil for none.
 	LegHeader http.Header
+	// Slot is the admission slot the request holds (nil: none). A node that
+	// only waits for work done elsewhere — the async broker's wait mode,
+	// whose queued run needs capacity of its own — releases it first, so
+	// that waiting clients cannot starve the very runs they wait for.
+	Slot SlotHolder
 	// Stubbed marks a run of explain or a tests: block (no worker is
 	// called): the scheduler keeps its records and spans but logs no
 	// retries, which would read as real failures in validate's output.
@@ -403,3 +408,7 @@ func TypeNames() []string {
 	sort.Strings(out)
 	return out
 }
+
+// SlotHolder is a request's admission slot (Run.Slot). ReleaseSlot is
+// idempotent.
+type SlotHolder interface{ ReleaseSlot() }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/admission"
 )
 
 // exchange is the front's per-request state and the ResponseWriter every
@@ -29,6 +30,22 @@ type exchange struct {
 	report *engine.Report
 	err    *engine.Error // what failed, written or not
 	abort  bool          // end the reply abnormally once logged
+
+	// The admission slot the request holds while it runs, released once:
+	// when the handler returns, or earlier by a node that only waits
+	// (engine.Run.Slot). No lock: the node releases it inside the run, and
+	// the run's end happens before the handler's deferred release.
+	slot     *admission.Controller
+	slotHeld bool
+}
+
+// ReleaseSlot gives the request's admission slot back (engine.SlotHolder).
+// Idempotent: the handler's deferred call is then a no-op.
+func (x *exchange) ReleaseSlot() {
+	if x.slotHeld {
+		x.slotHeld = false
+		x.slot.Release(RouteClass(x.route))
+	}
 }
 
 var (

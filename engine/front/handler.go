@@ -108,7 +108,8 @@ func (s *Server) inference(route engine.Route) http.Handler {
 		if !s.admitInFlight(x, r, route, lv) {
 			return
 		}
-		defer s.adm.Release(RouteClass(route))
+		x.slot, x.slotHeld = s.adm, true
+		defer x.ReleaseSlot()
 		body, e := readBody(x, r, lv.maxBody)
 		if e != nil && e.Kind == engine.KindTooLarge {
 			s.refuse(x, r, e, lv.maxBody) // the 413 reaches a client still sending
@@ -147,6 +148,7 @@ func (s *Server) inference(route engine.Route) http.Handler {
 		// on until they return (each node's own timeout still bounds them).
 		defer stop()
 		run := engine.NewRun(runCtx, req, x)
+		run.Slot = x
 		run.State.BodyObj = obj
 		run.State.Tokens = tokens
 		run.State.Media = media

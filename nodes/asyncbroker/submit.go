@@ -134,6 +134,12 @@ func (n *Node) answerError(x *engine.Exec, id string, status int, code, msg stri
 // cap the 202 (still fetchable); at the deadline 504; when the client
 // leaves, cancel the request (a CANCELLED record stays).
 func (n *Node) hold(ctx context.Context, x *engine.Exec, tenant, id string, deadline time.Time) engine.Result {
+	// A waiting client needs no capacity; the queued run it waits for does.
+	// Holding the admission slot here let max_in_flight waiters block every
+	// dispatch (and every online request) until their deadline.
+	if x != nil && x.Run != nil && x.Run.Slot != nil {
+		x.Run.Slot.ReleaseSlot()
+	}
 	s := &n.rt.Settings
 	b := n.rt.Backend
 	dl := time.NewTimer(time.Until(deadline))
