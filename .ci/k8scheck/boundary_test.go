@@ -154,7 +154,8 @@ func TestTrustBoundaryRoutes(t *testing.T) {
 var ownedHeaders = []string{"EPP-Profile", "Prefer",
 	"x-gateway-destination-endpoint", "x-gateway-destination-endpoint-subset", "x-gateway-destination-endpoint-served",
 	"x-prefiller-host-port", "x-encoder-hosts-ports",
-	"x-llm-d-inference-objective", "x-llm-d-inference-fairness-id", "x-celflow-pool"}
+	"x-llm-d-inference-objective", "x-llm-d-inference-fairness-id", "x-celflow-pool",
+	"x-gateway-inference-objective", "x-gateway-inference-fairness-id"}
 
 func removesHeader(fs []gatewayv1.HTTPRouteFilter, name string) bool {
 	for _, f := range fs {

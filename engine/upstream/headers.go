@@ -64,6 +64,9 @@ var OwnedHeaders = []string{
 	"X-Gateway-Destination-Endpoint", "X-Gateway-Destination-Endpoint-Subset", "X-Gateway-Destination-Endpoint-Served",
 	"X-Prefiller-Host-Port", "X-Encoder-Hosts-Ports",
 	"X-Llm-D-Inference-Objective", "X-Llm-D-Inference-Fairness-Id",
+	// The Inference Extension's own objective and fairness headers: the
+	// endpoint picker maps the objective to a priority.
+	"X-Gateway-Inference-Objective", "X-Gateway-Inference-Fairness-Id",
 	"X-Celflow-Pool", // PoolHeader: the pool a target rule chose (gateway mode)
 }
 
@@ -74,7 +77,8 @@ func dropOnLeg(ck string, relay bool) bool {
 	case "Epp-Profile", "Prefer",
 		"X-Gateway-Destination-Endpoint", "X-Gateway-Destination-Endpoint-Subset", "X-Gateway-Destination-Endpoint-Served",
 		"X-Prefiller-Host-Port", "X-Encoder-Hosts-Ports",
-		"X-Llm-D-Inference-Objective", "X-Llm-D-Inference-Fairness-Id", "X-Celflow-Pool":
+		"X-Llm-D-Inference-Objective", "X-Llm-D-Inference-Fairness-Id", "X-Celflow-Pool",
+		"X-Gateway-Inference-Objective", "X-Gateway-Inference-Fairness-Id":
 		return true // OwnedHeaders
 	case "Accept-Encoding":
 		return !relay
