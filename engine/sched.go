@@ -287,7 +287,10 @@ func (rs *run) decide(i int) {
 			return
 		}
 		if t != nil {
-			rs.execs[i].Target, o.Target = t, t
+			rs.execs[i].Target = t
+			if t.Rule >= 0 {
+				o.Target = t
+			}
 		}
 	}
 	rs.launch(i, items, 0)

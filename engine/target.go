@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,12 +33,20 @@ type LegTarget struct {
 	// Desc is the rule as explain and spans show it: `target[0]: pool
 	// decode-70b, model "m-fp8", headers x-llm-d-inference-objective`.
 	Desc string
+	// Drop is every header any of the node's rules sets (canonical names):
+	// the client's value of those never reaches the node's legs, whichever
+	// rule matched or none (Rule -1), so a rule that does not fire cannot
+	// let a client choose, say, the scheduling profile.
+	Drop []string
 }
 
 // targetRule is one compiled entry of a node's `target:` list.
 type targetRule struct {
 	cond *celenv.Expr // nil: always
 	sel  LegTarget
+	// none is what a request that no rule matches gets: Rule -1, only Drop
+	// (shared by every rule of the node; nil when the rules set no header).
+	none *LegTarget
 }
 
 // targetSpec is one rule as the document gives it.
@@ -153,6 +162,21 @@ func (c *compiler) compileTargets(i int, specs []targetSpec) []targetRule {
 		r.sel.Desc = describeTarget(k, &r.sel, ts.headerOrder)
 		rules = append(rules, r)
 	}
+	var drop []string
+	for _, r := range rules {
+		for h := range r.sel.Header {
+			if !slices.Contains(drop, h) {
+				drop = append(drop, h)
+			}
+		}
+	}
+	if len(drop) > 0 {
+		sort.Strings(drop)
+		none := &LegTarget{Rule: -1, Drop: drop}
+		for k := range rules {
+			rules[k].sel.Drop, rules[k].none = drop, none
+		}
+	}
 	return rules
 }
 
@@ -206,6 +230,9 @@ func (rs *run) chooseTarget(n *cnode) (*LegTarget, error) {
 			}
 		}
 		return &r.sel, nil
+	}
+	if len(n.targets) > 0 {
+		return n.targets[0].none, nil // nil when the rules set no header
 	}
 	return nil, nil
 }

@@ -28,6 +28,7 @@ type flowCase struct {
 	Replies        []*replySpec              `yaml:"replies"`
 	Concurrent     []string                  `yaml:"concurrent"`
 	Forbid         []string                  `yaml:"forbid"`
+	TargetHeaders  []string                  `yaml:"target_headers"` // client headers the workflow's target rules own (never forwarded)
 	ForbidLogs     []string                  `yaml:"forbid_logs"`
 	Unpinned       []string                  `yaml:"unpinned"`
 	MinLegs        int                       `yaml:"min_legs"`

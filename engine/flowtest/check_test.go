@@ -234,6 +234,9 @@ func (k *checker) forwarded(where string, l *leg, client http.Header) {
 	for _, h := range dropped(client) {
 		skip[h] = true
 	}
+	for _, h := range k.c.TargetHeaders {
+		skip[http.CanonicalHeaderKey(h)] = true
+	}
 	if l.kind == "render" || l.kind == "encode" || l.kind == "prefill" {
 		skip["Accept-Encoding"] = true // celflow negotiates on these legs
 	}

@@ -36,6 +36,7 @@
 //	concurrent: [prefill, decode]   # leg kinds whose relative order is not pinned
 //	overlap: [prefill, decode]      # two kinds that must have been in flight together
 //	forbid: [MARKER]                # strings that must reach no leg and no reply
+//	target_headers: [x-route-hint]  # client headers the workflow's target rules set (never forwarded)
 //	forbid_logs: [MARKER]           # strings that must not be logged (debug level)
 //	unpinned: [prefill]             # nodes whose outcome is timing-dependent
 //	min_legs: 2                     # wait until this many legs arrived

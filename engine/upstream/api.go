@@ -149,6 +149,9 @@ type Leg struct {
 	// a rule may replace EPP-Profile (a custom scheduling profile) or the
 	// objective; upstream.PoolHeader in gateway mode. Shared: never modified.
 	TargetHeader http.Header
+	// TargetDrop names headers (canonical) a target rule of the node may
+	// set: the client's values of them are never forwarded.
+	TargetDrop []string
 	// NewBody returns a fresh reader over the same bytes as Body. It allows
 	// the one resend of a leg that failed on a stale keep-alive connection
 	// (FIELD-NOTES 3). Nil is fine when Body is a *bytes.Reader,

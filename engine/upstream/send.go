@@ -96,6 +96,9 @@ func (c *client) newRequest(ctx context.Context, base string, leg *Leg) (*http.R
 	}
 	h := make(http.Header, len(leg.Header)+5)
 	forwardHeaders(h, leg.Header, leg.Relay, c.owned)
+	for _, k := range leg.TargetDrop {
+		delete(h, k)
+	}
 	if leg.Trace != nil {
 		delete(h, "Traceparent")
 		delete(h, "Tracestate")

@@ -30,7 +30,7 @@ func NewLeg(x *engine.Exec, role upstream.Role, path string, body *jsonb.Body, t
 		l.Extra = x.Run.LegHeader
 	}
 	if x.Target != nil {
-		l.TargetHeader = x.Target.Header
+		l.TargetHeader, l.TargetDrop = x.Target.Header, x.Target.Drop
 	}
 	return l
 }
