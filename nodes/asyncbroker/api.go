@@ -74,7 +74,11 @@ func (rt *Runtime) target(w http.ResponseWriter, r *http.Request, pathVar func(*
 		return "", "", false
 	}
 	c := rt.headers()
-	tenant = first(r.Header, c.tenant, c.tenantAlias)
+	tenant, single := tenantOf(r.Header, c.tenant, c.tenantAlias)
+	if !single {
+		writeError(w, http.StatusBadRequest, "invalid_request", c.tenant+" was sent more than once (or with its alias "+c.tenantAlias+"): the tenant scopes results, send exactly one", id)
+		return "", "", false
+	}
 	if tenant == "" {
 		tenant = "default"
 	}

@@ -94,7 +94,10 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 	default:
 		return fail(engine.Errorf(engine.KindInvalidRequest, "%s must be passthrough, enqueue or wait", n.cfg.mode))
 	}
-	tenant := first(h, n.cfg.tenant, n.cfg.tenantAlias)
+	tenant, single := tenantOf(h, n.cfg.tenant, n.cfg.tenantAlias)
+	if !single {
+		return fail(engine.Errorf(engine.KindInvalidRequest, "%s was sent more than once (or with its alias %s): the tenant scopes results, send exactly one", n.cfg.tenant, n.cfg.tenantAlias))
+	}
 	if tenant == "" {
 		tenant = "default"
 	}

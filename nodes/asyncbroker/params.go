@@ -185,6 +185,21 @@ func first(h http.Header, k, alias string) string {
 	return ""
 }
 
+// tenantOf reads the tenant header: ok is false when it is ambiguous — both
+// spellings present, or more than one value. The tenant scopes every
+// result, so a client must not be able to add a value beside the one the
+// edge set (first-value-wins would let it override): refuse instead.
+func tenantOf(h http.Header, k, alias string) (string, bool) {
+	n := len(h[k]) + len(h[alias])
+	if k == alias {
+		n = len(h[k])
+	}
+	if n > 1 {
+		return "", false
+	}
+	return first(h, k, alias), true
+}
+
 // validTenant is ASYNC.md's [A-Za-z0-9._-]{1,64} (a ':' would become part
 // of Redis keys).
 func validTenant(s string) bool {
