@@ -115,7 +115,7 @@ func (c *compiler) compileTargets(i int, specs []targetSpec) []targetRule {
 	}
 	role, ok := targetRoles[n.contract.Role]
 	if !ok {
-		c.errf(RuleTargetPlacement, sp.ptr+"/target", "target rules choose where a worker leg goes; node type %s sends none (only nodes of the encode, prefill and decode roles take target rules)", quote(n.typ))
+		c.errf(RuleTargetPlacement, sp.ptr+"/target", "target rules choose where a worker leg goes; node type %s sends none (conditional-decode, encode, prefill and decode nodes take target rules)", quote(n.typ))
 		return nil
 	}
 	rules := make([]targetRule, 0, len(specs))

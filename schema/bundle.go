@@ -181,7 +181,7 @@ func rebase(s map[string]any, id string, homes map[string]string) error {
 }
 
 // goDurationPattern matches what time.ParseDuration accepts.
-const goDurationPattern = `^[-+]?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
+const goDurationPattern = `^[+]?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
 
 func asList(v any) []any {
 	l, _ := v.([]any)

@@ -50,7 +50,7 @@ func (p problem) diag1(doc *Doc, base string) Diagnostic {
 		}
 	case "format":
 		if strings.HasSuffix(p.msg, "'duration'") || strings.HasSuffix(p.msg, "'go-duration'") {
-			return doc.Diag(ptr, Error, fmt.Sprintf("invalid duration %s (want a Go duration such as \"30s\" or \"1m30s\")", describe(v))).R(RuleDuration)
+			return doc.Diag(ptr, Error, fmt.Sprintf("invalid duration %s (want a non-negative Go duration such as \"30s\" or \"1m30s\")", describe(v))).R(RuleDuration)
 		}
 	case "enum", "const":
 		return doc.Diag(ptr, Error, strings.TrimPrefix(p.msg, "value ")+", got "+describe(v)).R(RuleEnum)

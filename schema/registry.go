@@ -127,8 +127,8 @@ func isGoDuration(v any) bool {
 	if !ok {
 		return true // format applies to strings only; "type" rejects the rest
 	}
-	_, err := time.ParseDuration(s)
-	return err == nil
+	d, err := time.ParseDuration(s)
+	return err == nil && d >= 0 // no celflow duration means anything below zero
 }
 
 // int64Ext makes every `"type": "integer"` also mean "fits in int64", so a
