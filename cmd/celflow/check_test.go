@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -147,5 +148,30 @@ nodes:
 	gateway := writeFile(t, dir, "gateway.yaml", "upstream: {gateway: http://127.0.0.1:9}\nworkflow: cd.yaml\n")
 	if ds, _ := checkServe(gateway, func(string) string { return "" }, nil, false); len(ds) != 0 {
 		t.Fatalf("gateway mode: want no diagnostics:\n%s", ds)
+	}
+}
+
+// The complete example of docs/configuration.md passes validate --config
+// with the workflow it names (found in review: it lacked upstream.render).
+func TestConfigurationDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "## A complete example\n\n```yaml\n")
+	if !ok {
+		t.Fatal("no complete example")
+	}
+	example := rest[:strings.Index(rest, "```")]
+	dir := t.TempDir()
+	wf, err := os.ReadFile("../../workflows/epd.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(dir, "workflows"), 0o755)
+	writeFile(t, filepath.Join(dir, "workflows"), "epd.yaml", string(wf))
+	cfg := writeFile(t, dir, "serve.yaml", example)
+	if ds, _ := checkServe(cfg, func(string) string { return "" }, nil, true); ds.HasErrors() {
+		t.Fatalf("the documented example does not validate:\n%s", ds)
 	}
 }

@@ -56,7 +56,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	}
 	if *check {
 		ds, summary := checkServe(*cfgPath, getenv, environ(getenv), true)
-		fmt.Fprint(stderr, ds.String())
+		fmt.Fprint(stderr, ds.Pretty())
 		if ds.HasErrors() {
 			return 1
 		}
