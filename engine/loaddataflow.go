@@ -155,6 +155,7 @@ func (c *compiler) providers(k Key) string {
 // wanting node provides (and, for tokens and features, that the route's
 // entry does not bring: generate), on a route the want lists.
 func (c *compiler) wanted(anc []graph.Set) {
+	c.tokenReads(anc)
 	for i, n := range c.w.nodes {
 		for _, w := range n.contract.Wants {
 			var routes []string
@@ -181,6 +182,52 @@ func (c *compiler) wanted(anc []graph.Set) {
 			}
 			c.warnf(RuleWanted, c.specs[i].ptr+"/type", "node %s has no %s on the %s route(s): no node before it provides them; %s",
 				quote(n.id), w.Key, strings.Join(routes, " and "), n.contract.Why)
+		}
+	}
+}
+
+// tokenReads warns about a guard or target condition that reads tokens on
+// a route where no node before it provides them (chat and completions
+// without render): tokens.count reads 0 there, so `tokens.count > N` never
+// holds (found in review: it validated and silently never fired).
+func (c *compiler) tokenReads(anc []graph.Set) {
+	for i, n := range c.w.nodes {
+		type read struct {
+			x   *celenv.Expr
+			ptr string
+		}
+		reads := []read{{n.when, c.specs[i].ptr + "/when"}}
+		for k, t := range n.targets {
+			reads = append(reads, read{t.cond, fmt.Sprintf("%s/target/%d/if", c.specs[i].ptr, k)})
+		}
+		for _, rd := range reads {
+			// A check of tokens.known is how a workflow asks exactly this
+			// question: only reads of the count or the ids are suspect.
+			if rd.x == nil || !rd.x.ReadsTokens || strings.Contains(rd.x.Src, "tokens.known") ||
+				!(strings.Contains(rd.x.Src, "tokens.count") || strings.Contains(rd.x.Src, "tokens.ids")) {
+				continue
+			}
+			var routes []string
+			for _, r := range []Route{RouteChat, RouteCompletions} {
+				if !c.w.routes[r] || n.when.OnRoute(r.String()) == celenv.False {
+					continue
+				}
+				provided := false
+				for j, p := range c.w.nodes {
+					if anc[i].Has(j) && slices.Contains(p.contract.Provides, KeyTokens) && p.when.OnRoute(r.String()) != celenv.False {
+						provided = true
+						break
+					}
+				}
+				if !provided {
+					routes = append(routes, r.String())
+				}
+			}
+			if len(routes) > 0 {
+				d := c.warnf(RuleWanted, rd.ptr, "reads tokens, but no node before %s provides them on the %s route(s): there the prompt's tokens are unknown and tokens.count reads 0",
+					quote(n.id), strings.Join(routes, " and "))
+				d.Hint = "put render before this node (a need), or restrict the expression to request.format == \"generate\", whose tokens the front parses"
+			}
 		}
 	}
 }

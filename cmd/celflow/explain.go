@@ -87,7 +87,11 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "celflow explain: %v\n", err)
 		return 2
 	}
-	fmt.Fprintf(stdout, "%s %s, %s route\n", w.Name(), w.Version(), rt)
+	if v := w.Version(); v != "" {
+		fmt.Fprintf(stdout, "%s %s, %s route\n", w.Name(), v, rt)
+	} else {
+		fmt.Fprintf(stdout, "%s, %s route\n", w.Name(), rt)
+	}
 	fmt.Fprint(stdout, engine.FormatReport(rep))
 	if *traced {
 		fmt.Fprintln(stdout, "\nspans:")

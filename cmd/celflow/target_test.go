@@ -180,3 +180,50 @@ tests:
 		t.Errorf("the right test failed:\n%s", got)
 	}
 }
+
+// A guard or target condition reading tokens.count where no node before it
+// provides tokens (chat or completions without render) is a warning: it
+// reads 0 there and never fires. With render before it, or on generate, it
+// is fine; a check of tokens.known is the way to ask, and never warned.
+func TestTokenReadsWithoutProvider(t *testing.T) {
+	const head = "apiVersion: celflow/v1\nkind: Workflow\nmetadata: {name: t, version: \"1\"}\n"
+	for _, tc := range []struct {
+		name, doc string
+		warn      bool
+	}{
+		{"chat without render", head + `routes: [chat, generate]
+defaults: {kv_connector: kv-nixl}
+nodes:
+  - {id: prefill, type: prefill, when: tokens.count > 256}
+  - {id: decode, type: decode, needs: [prefill]}
+`, true},
+		{"target rule without render", head + `routes: [completions]
+nodes:
+  - id: decode
+    type: decode
+    target: [{if: tokens.count > 256, headers: {x-long: "1"}}]
+`, true},
+		{"render first", head + `routes: [chat]
+defaults: {kv_connector: kv-nixl}
+nodes:
+  - {id: render, type: render, params: {address: "http://127.0.0.1:9"}}
+  - {id: prefill, type: prefill, needs: [render], when: tokens.count > 256}
+  - {id: decode, type: decode, needs: [prefill]}
+`, false},
+		{"generate only", head + `routes: [generate]
+defaults: {kv_connector: kv-nixl}
+nodes:
+  - {id: prefill, type: prefill, when: tokens.count > 256}
+  - {id: decode, type: decode, needs: [prefill]}
+`, false},
+	} {
+		w, ds := engine.Load("t.yaml", []byte(tc.doc), engine.LoadOptions{})
+		if w == nil {
+			t.Fatalf("%s: %s", tc.name, ds)
+		}
+		got := strings.Contains(ds.String(), "reads tokens, but no node before")
+		if got != tc.warn {
+			t.Errorf("%s: warning %v, want %v:\n%s", tc.name, got, tc.warn, ds)
+		}
+	}
+}

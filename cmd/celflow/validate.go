@@ -49,6 +49,13 @@ func runValidateIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int
 		fmt.Fprint(fset.Output(), validateUsage)
 		fset.PrintDefaults()
 	}
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" { // help goes to stdout, once
+			fset.SetOutput(stdout)
+			fset.Usage()
+			return 0
+		}
+	}
 	args, err := parseInterspersed(fset, args)
 	if errors.Is(err, flag.ErrHelp) {
 		fset.SetOutput(stdout)
