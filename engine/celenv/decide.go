@@ -129,10 +129,6 @@ func compare(op string, l, r any) (any, bool) {
 			return nil, false
 		}
 		switch op {
-		case operators.Equals:
-			return a == b, true
-		case operators.NotEquals:
-			return a != b, true
 		case operators.Less:
 			return a < b, true
 		case operators.LessEquals:
@@ -142,28 +138,30 @@ func compare(op string, l, r any) (any, bool) {
 		case operators.GreaterEquals:
 			return a >= b, true
 		}
+		return equality(op, a, b)
 	case string:
 		b, ok := r.(string)
 		if !ok {
 			return nil, false
 		}
-		switch op {
-		case operators.Equals:
-			return a == b, true
-		case operators.NotEquals:
-			return a != b, true
-		}
+		return equality(op, a, b)
 	case bool:
 		b, ok := r.(bool)
 		if !ok {
 			return nil, false
 		}
-		switch op {
-		case operators.Equals:
-			return a == b, true
-		case operators.NotEquals:
-			return a != b, true
-		}
+		return equality(op, a, b)
+	}
+	return nil, false
+}
+
+// equality decides == and != between two values of one type.
+func equality[T comparable](op string, a, b T) (any, bool) {
+	switch op {
+	case operators.Equals:
+		return a == b, true
+	case operators.NotEquals:
+		return a != b, true
 	}
 	return nil, false
 }
