@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/celflow/celflow/cmd/internal/sim"
 	"github.com/celflow/celflow/connectors/async/redistest"
 )
 
@@ -21,12 +18,7 @@ import (
 // between is served.
 func TestServeAsyncWaitReleasesAdmission(t *testing.T) {
 	rs := redistest.Start(t)
-	w, err := sim.NewWorker(sim.Config{Roles: []sim.Role{sim.RoleDecode}, SharedDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	worker := httptest.NewServer(w)
-	defer worker.Close()
+	worker := decodeSim(t)
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "serve.yaml", `
 server: {listen: "127.0.0.1:0", drain_delay: 0s, shutdown_timeout: 2s}
@@ -46,12 +38,7 @@ workflow:
       type: decode
       needs: [{node: async, if: outcome.status == "succeeded"}]
 `)
-	logs := &syncBuf{}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	exit := make(chan int, 1)
-	go func() { exit <- runServe(ctx, []string{"--config", cfg, "--log-format", "json"}, logs, noEnv, nil) }()
-	addr := servingAddr(t, logs, exit)
+	addr, logs := startServe(t, cfg)
 
 	post := func(mode, id string) (int, string) {
 		req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions",
@@ -90,6 +77,4 @@ workflow:
 	if d := time.Since(start); d > 8*time.Second {
 		t.Errorf("waiters answered after %s: they blocked their own dispatch until near the deadline", d)
 	}
-	cancel()
-	<-exit
 }

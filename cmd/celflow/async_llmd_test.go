@@ -26,12 +26,7 @@ func TestServeLLMDAsyncBackend(t *testing.T) {
 	rs := redistest.Start(t)
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	defer rdb.Close()
-	w, err := sim.NewWorker(sim.Config{Roles: []sim.Role{sim.RoleDecode}, SharedDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	worker := httptest.NewServer(w)
-	defer worker.Close()
+	worker := decodeSim(t)
 
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "serve.yaml", `
@@ -54,15 +49,10 @@ workflow:
       type: decode
       needs: [{node: async, if: outcome.status == "succeeded"}]
 `)
-	logs := &syncBuf{}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	exit := make(chan int, 1)
-	go func() { exit <- runServe(ctx, []string{"--config", cfg, "--log-format", "json"}, logs, noEnv, nil) }()
-	addr := servingAddr(t, logs, exit)
+	addr, _ := startServe(t, cfg)
 
 	// The processor.
-	procCtx, stopProc := context.WithCancel(ctx)
+	procCtx, stopProc := context.WithCancel(context.Background())
 	defer stopProc()
 	go func() {
 		for procCtx.Err() == nil {
@@ -132,16 +122,43 @@ workflow:
 	if st, _ := do("DELETE", "/v1/requests/llmd-3", ""); st != 204 {
 		t.Fatalf("delete %d", st)
 	}
-	if tok := rdb.Get(ctx, "request-cancel:default:llmd-3").Val(); tok == "" {
+	if tok := rdb.Get(context.Background(), "request-cancel:default:llmd-3").Val(); tok == "" {
 		t.Fatal("no cancel key after DELETE")
 	}
 	if st, b := do("GET", "/metrics", ""); st != 200 || !strings.Contains(b, `celflow_async_submits_total{outcome="created"} 3`) {
 		t.Errorf("metrics %d:\n%.2000s", st, b)
 	}
-	cancel()
-	if code := <-exit; code != 0 {
-		t.Fatalf("serve exited %d", code)
+}
+
+// decodeSim is a `celflow sim` decode worker on 127.0.0.1 for the test.
+func decodeSim(t *testing.T) *httptest.Server {
+	t.Helper()
+	w, err := sim.NewWorker(sim.Config{Roles: []sim.Role{sim.RoleDecode}, SharedDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
 	}
+	s := httptest.NewServer(w)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// startServe runs `celflow serve --config cfg` in process for the rest of
+// the test, which then stops it and requires exit 0; it returns the
+// listen address and the JSON log.
+func startServe(t *testing.T, cfg string) (string, *syncBuf) {
+	t.Helper()
+	logs := &syncBuf{}
+	ctx, cancel := context.WithCancel(context.Background())
+	exit := make(chan int, 1)
+	go func() { exit <- runServe(ctx, []string{"--config", cfg, "--log-format", "json"}, logs, noEnv, nil) }()
+	addr := servingAddr(t, logs, exit)
+	t.Cleanup(func() {
+		cancel()
+		if code := <-exit; code != 0 {
+			t.Errorf("serve exited %d", code)
+		}
+	})
+	return addr, logs
 }
 
 // servingAddr waits for the "celflow is serving" line.
