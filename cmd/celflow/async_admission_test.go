@@ -38,7 +38,7 @@ workflow:
       type: decode
       needs: [{node: async, if: outcome.status == "succeeded"}]
 `)
-	addr, logs := startServe(t, cfg)
+	addr, logs := startServe(t, cfg, nil)
 
 	post := func(mode, id string) (int, string) {
 		req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions",

@@ -6,14 +6,12 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/celflow/celflow/cmd/internal/sim"
 	"github.com/celflow/celflow/connectors/async"
 	"github.com/celflow/celflow/connectors/async/redistest"
 )
@@ -49,7 +47,7 @@ workflow:
       type: decode
       needs: [{node: async, if: outcome.status == "succeeded"}]
 `)
-	addr, _ := startServe(t, cfg)
+	addr, _ := startServe(t, cfg, nil)
 
 	// The processor.
 	procCtx, stopProc := context.WithCancel(context.Background())
@@ -128,58 +126,4 @@ workflow:
 	if st, b := do("GET", "/metrics", ""); st != 200 || !strings.Contains(b, `celflow_async_submits_total{outcome="created"} 3`) {
 		t.Errorf("metrics %d:\n%.2000s", st, b)
 	}
-}
-
-// decodeSim is a `celflow sim` decode worker on 127.0.0.1 for the test.
-func decodeSim(t *testing.T) *httptest.Server {
-	t.Helper()
-	w, err := sim.NewWorker(sim.Config{Roles: []sim.Role{sim.RoleDecode}, SharedDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := httptest.NewServer(w)
-	t.Cleanup(s.Close)
-	return s
-}
-
-// startServe runs `celflow serve --config cfg` in process for the rest of
-// the test, which then stops it and requires exit 0; it returns the
-// listen address and the JSON log.
-func startServe(t *testing.T, cfg string) (string, *syncBuf) {
-	t.Helper()
-	logs := &syncBuf{}
-	ctx, cancel := context.WithCancel(context.Background())
-	exit := make(chan int, 1)
-	go func() { exit <- runServe(ctx, []string{"--config", cfg, "--log-format", "json"}, logs, noEnv, nil) }()
-	addr := servingAddr(t, logs, exit)
-	t.Cleanup(func() {
-		cancel()
-		if code := <-exit; code != 0 {
-			t.Errorf("serve exited %d", code)
-		}
-	})
-	return addr, logs
-}
-
-// servingAddr waits for the "celflow is serving" line.
-func servingAddr(t *testing.T, logs *syncBuf, exit chan int) string {
-	t.Helper()
-	for i := 0; i < 1000; i++ {
-		select {
-		case code := <-exit:
-			t.Fatalf("serve exited %d: %s", code, logs.String())
-		default:
-		}
-		for _, ln := range strings.Split(logs.String(), "\n") {
-			var m map[string]any
-			if json.Unmarshal([]byte(ln), &m) == nil && m["msg"] == "celflow is serving" {
-				if a, _ := m["listen"].(string); a != "" {
-					return a
-				}
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("never listened: %s", logs.String())
-	return ""
 }

@@ -1,52 +1,20 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // serveAddr runs `celflow serve --config cfg` until the test ends and
 // returns its address.
 func serveAddr(t *testing.T, cfg string, env map[string]string) string {
 	t.Helper()
-	logs := &syncBuf{}
-	ctx, cancel := context.WithCancel(context.Background())
-	exit := make(chan int, 1)
-	go func() {
-		exit <- runServe(ctx, []string{"--config", cfg, "--log-format", "json"}, logs, func(k string) string { return env[k] }, nil)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-exit:
-		case <-time.After(10 * time.Second):
-			t.Error("serve did not stop")
-		}
-	})
-	for i := 0; i < 500; i++ {
-		select {
-		case code := <-exit:
-			t.Fatalf("serve exited %d: %s", code, logs.String())
-		default:
-		}
-		for _, ln := range strings.Split(logs.String(), "\n") {
-			var m map[string]any
-			if json.Unmarshal([]byte(ln), &m) == nil && m["msg"] == "celflow is serving" {
-				addr, _ := m["listen"].(string)
-				return addr
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("never listened: %s", logs.String())
-	return ""
+	addr, _ := startServe(t, cfg, env)
+	return addr
 }
 
 // The trust and limit keys reach the running server: config → front
