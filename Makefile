@@ -13,9 +13,10 @@ $(BIN): FORCE
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/celflow
 FORCE:
 
-## test: unit tests, workflow validation, the end-to-end suite (real processes on 127.0.0.1),
-## then every fuzz target briefly (fuzz-short).
-test: lint test-unit validate test-e2e fuzz-short
+## test: lint, unit tests (which replay every committed fuzz input in testdata/fuzz as a
+## regression case), workflow validation and the end-to-end suite (real processes on
+## 127.0.0.1). Deterministic: random fuzzing is `make fuzz`, never part of make test.
+test: lint test-unit validate test-e2e
 
 ## test-race: the unit suite under the race detector (CI runs it after make test).
 test-race:
@@ -91,6 +92,7 @@ FUZZTIME ?= 15s
 fuzz:
 	GO=$(GO) FUZZTIME=$(FUZZTIME) bash .ci/fuzz.sh
 
-## fuzz-short: the same for 4s per target (18 targets: about 1.5 minutes), part of make test.
+## fuzz-short: the same for 4s per target (about 1.5 minutes); CI runs it as a report that
+## prints any new crasher without failing the build (commit the printed input).
 fuzz-short:
 	GO=$(GO) FUZZTIME=4s bash .ci/fuzz.sh

@@ -108,6 +108,9 @@ func openAIError(b []byte, max int) (msg, param string) {
 		switch {
 		case key == "error" && s.peek() == '{':
 			if m, p, found := s.nested(max); found {
+				if m == "" { // a param is relayed only with its message
+					p = ""
+				}
 				return m, p
 			}
 		case key == "message" && s.peek() == '"':

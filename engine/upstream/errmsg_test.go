@@ -22,6 +22,9 @@ func TestOpenAIErrorParam(t *testing.T) {
 		{"object param", `{"error":{"message":"m","param":{"a":"b"}}}`, "m", ""},
 		{"flat without object", `{"message":"m","param":"messages"}`, "", ""},
 		{"nested without message", `{"error":{"param":"messages"}}`, "", ""},
+		{"nested empty message", `{"error":{"message":"","param":"model"}}`, "", ""},
+		{"nested empty message cut", `{"error":{"message":"","param":"0`, "", ""},
+		{"nested param before empty message", `{"error":{"param":"model","message":""}}`, "", ""},
 		{"long param cut", `{"error":{"message":"m","param":"` + long + `"}}`, "m", long[:ErrorParamLimit]},
 		{"escaped param", `{"error":{"message":"m","param":"mess\u0061ges"}}`, "m", "messages"},
 	} {
