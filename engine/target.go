@@ -69,7 +69,7 @@ var reservedLegHeaders = map[string]string{
 	"Te":                "a hop-by-hop header",
 	"Trailer":           "a hop-by-hop header",
 	"Upgrade":           "a hop-by-hop header",
-	"X-Request-Id":      "every leg carries the canonical request id (PROTOCOL 1.2)",
+	"X-Request-Id":      "every leg carries the canonical request id",
 	"Traceparent":       "the node's span sets the trace context",
 	"Tracestate":        "the node's span sets the trace context",
 	"X-Celflow-Pool":    "`pool` sets it",

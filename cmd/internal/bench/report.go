@@ -96,7 +96,7 @@ func Render(r *Results, m Machine, section string) string {
 	p("# Benchmarks\n\n")
 	p("Written by `celflow bench` (`make bench`); rerun it rather than editing this file. Ratios taken\n")
 	p("within one run are what compare from run to run; absolute numbers on a shared two-core machine\n")
-	p("do not (PERFORMANCE.md). Judge the ratios at concurrency 16: at 64 the load generator, the\n")
+	p("do not, because other jobs share the cores. Judge the ratios at concurrency 16: at 64 the load generator, the\n")
 	p("worker and the hop under test saturate the two cores together.\n\n")
 
 	p("## Run\n\n| | |\n|---|---|\n")
@@ -170,7 +170,7 @@ func Render(r *Results, m Machine, section string) string {
 	}
 
 	p("## Hand-over\n\ncelflow's `celflow_handover_seconds` (prefill answer received → decode request on the wire,\n")
-	p("FIELD-NOTES 6), read from `/metrics` at the edges of each prefill→decode and E/P/D window.\n\n")
+	p("the per-request cost celflow adds between the two legs; the target is 0.2 ms at most), read from `/metrics` at the edges of each prefill→decode and E/P/D window.\n\n")
 	p("| path | concurrency | body | requests observed | mean | ≤ 0.2 ms |\n|---|---|---|---|---|---|\n")
 	for _, c := range r.Cells {
 		if c.Target != "pd" && c.Target != "epd" {

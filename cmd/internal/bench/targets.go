@@ -89,10 +89,10 @@ func Checks(r *Results, gb []GoBench, m Machine) []Check {
 	ratio(64, "200KB", "decode", 0.80, "decode-only ≥ 0.80× bare proxy, c=64, 200 KB prompt", "issue 7")
 	ratio(64, "small", "pd", 0.40, "prefill→decode ≥ 0.40× bare proxy, c=64, small body", "issue 7")
 	ratio(64, "200KB", "pd", 0.40, "prefill→decode ≥ 0.40× bare proxy, c=64, 200 KB prompt", "issue 7")
-	ratio(16, "small", "decode", 0.92, "decode-only ≥ 0.92× bare proxy, c=16, small body", "PERFORMANCE")
-	ratio(16, "200KB", "decode", 0.92, "decode-only ≥ 0.92× bare proxy, c=16, 200 KB prompt", "PERFORMANCE")
-	ratio(16, "small", "pd", 0.58, "prefill→decode ≥ 0.58× bare proxy, c=16, small body", "PERFORMANCE")
-	ratio(16, "200KB", "pd", 0.55, "prefill→decode ≥ 0.55× bare proxy, c=16, 200 KB prompt", "PERFORMANCE")
+	ratio(16, "small", "decode", 0.92, "decode-only ≥ 0.92× bare proxy, c=16, small body", "goal")
+	ratio(16, "200KB", "decode", 0.92, "decode-only ≥ 0.92× bare proxy, c=16, 200 KB prompt", "goal")
+	ratio(16, "small", "pd", 0.58, "prefill→decode ≥ 0.58× bare proxy, c=16, small body", "goal")
+	ratio(16, "200KB", "pd", 0.55, "prefill→decode ≥ 0.55× bare proxy, c=16, 200 KB prompt", "goal")
 
 	for _, k := range []string{"decode", "pd"} {
 		t := r.targetByKey(k)
@@ -131,13 +131,13 @@ func Checks(r *Results, gb []GoBench, m Machine) []Check {
 		// one-hop path speaks to the first-byte budget.
 		if k == "decode" {
 			added := s.Res.FirstChunk.P50 - d.Res.FirstChunk.P50
-			out = append(out, Check{name("≤ 0.3 ms added to the first byte (p50)"), "PERFORMANCE", ms(added), verdict(added <= 300*time.Microsecond)})
+			out = append(out, Check{name("≤ 0.3 ms added to the first byte (p50)"), "goal", ms(added), verdict(added <= 300*time.Microsecond)})
 		}
 		added := s.Res.ChunkLat.P50 - d.Res.ChunkLat.P50
-		out = append(out, Check{name("≤ 0.3 ms added to each chunk (p50)"), "PERFORMANCE", ms(added), verdict(added <= 300*time.Microsecond)})
+		out = append(out, Check{name("≤ 0.3 ms added to each chunk (p50)"), "goal", ms(added), verdict(added <= 300*time.Microsecond)})
 	}
 
-	ho := Check{Target: "hand-over (prefill answer → decode on the wire) ≤ 0.2 ms, prefill→decode", Source: "PERFORMANCE",
+	ho := Check{Target: "hand-over (prefill answer → decode on the wire) ≤ 0.2 ms, prefill→decode", Source: "goal",
 		Verdict: notMeasure, Measured: "celflow_handover_seconds has no observations"}
 	var h handover
 	for _, c := range r.Cells {
@@ -151,7 +151,7 @@ func Checks(r *Results, gb []GoBench, m Machine) []Check {
 	}
 	out = append(out, ho)
 
-	walk := Check{Target: "engine walk of the full E/P/D graph ≤ 3 µs and ≤ 30 allocs (issue floor 40)", Source: "PERFORMANCE",
+	walk := Check{Target: "engine walk of the full E/P/D graph ≤ 3 µs and ≤ 30 allocs (issue floor 40)", Source: "goal",
 		Verdict: notMeasure, Measured: "BenchmarkWalkEPD not run"}
 	if b, ok := findGoBench(gb, "WalkEPD"); ok {
 		walk.Measured = fmt.Sprintf("%.2f µs, %.0f allocs", b.NsOp/1000, b.AllocsOp)
@@ -169,7 +169,7 @@ func Checks(r *Results, gb []GoBench, m Machine) []Check {
 	out = append(out, img)
 
 	// Judged in MiB, the unit ls -h and du print; both are shown.
-	bin := Check{Target: "binary ≤ 25 MB (MiB)", Source: "PERFORMANCE", Verdict: notMeasure}
+	bin := Check{Target: "binary ≤ 25 MB (MiB)", Source: "goal", Verdict: notMeasure}
 	if m.BinBytes > 0 {
 		bin.Measured = fmt.Sprintf("%.1f MiB (%.1f MB)", float64(m.BinBytes)/(1<<20), float64(m.BinBytes)/1e6)
 		bin.Verdict = verdict(m.BinBytes <= 25<<20)
