@@ -57,10 +57,7 @@ func (c *Config) checkAdmission() schema.Diagnostics {
 			c.prio = p
 		}
 	}
-	var probe Config
-	probe.doc = d
-	probe.decodeAdmissionValues(values{d})
-	a := probe.Admission
+	a := decodeAdmission(values{d})
 	if !a.Enabled() {
 		for _, k := range []string{"/admission/max_queue", "/admission/priority"} {
 			if x, ok := d.Value(k); ok && !isZero(x) {
@@ -90,14 +87,11 @@ func isZero(x any) bool {
 	return x == nil
 }
 
-// decodeAdmission fills c.Admission from the validated document.
-func (c *Config) decodeAdmission(v values) {
-	c.decodeAdmissionValues(v)
-	c.Admission.Priority = c.prio
-}
-
-func (c *Config) decodeAdmissionValues(v values) {
-	a := Admission{QueueTimeout: DefaultQueueTimeout, RetryAfter: DefaultRetryAfter, Routes: map[string]int{}}
+// decodeAdmission reads the admission section over its defaults
+// (Defaults); checkAdmission reads it before the rest is decoded.
+func decodeAdmission(v values) Admission {
+	a := Defaults().Admission
+	a.Routes = map[string]int{}
 	v.int("/admission/max_in_flight", &a.MaxInFlight)
 	for _, r := range admissionRoutes {
 		n := 0
@@ -107,5 +101,5 @@ func (c *Config) decodeAdmissionValues(v values) {
 	v.int("/admission/max_queue", &a.MaxQueue)
 	v.dur("/admission/queue_timeout", &a.QueueTimeout)
 	v.dur("/admission/retry_after", &a.RetryAfter)
-	c.Admission = a
+	return a
 }

@@ -26,34 +26,14 @@ type Async struct {
 	Budget         int
 }
 
-// Enabled reports whether async requests are configured.
+// Enabled reports whether async requests are configured. Its defaults are
+// in Defaults.
 func (a Async) Enabled() bool { return a.RedisURL != "" }
 
-func defaultAsync() Async {
-	return Async{
-		Backend:        "builtin",
-		KeyPrefix:      "celflow:async:",
-		Queues:         []string{"default"},
-		Tiers:          []string{"interactive", "async", "batch"},
-		WaitTimeout:    60 * time.Second,
-		WaitMax:        time.Hour,
-		EnqueueTimeout: time.Hour,
-		FetchGrace:     60 * time.Second,
-		ResultTTL:      24 * time.Hour,
-		MaxDeliveries:  3,
-		Lease:          30 * time.Second,
-		PollInterval:   time.Second,
-		MaxInlineBytes: 4 << 20,
-		TenantBacklog:  10000,
-		QueueBacklog:   100000,
-		Dispatcher:     true,
-		Concurrency:    16,
-		Budget:         8,
-	}
-}
-
+// decodeAsync reads the async section over the defaults decode put in
+// c.Async (Defaults).
 func (c *Config) decodeAsync(v values) {
-	a := defaultAsync()
+	a := &c.Async
 	v.str("/async/redis_url", &a.RedisURL)
 	v.str("/async/backend", &a.Backend)
 	v.str("/async/key_prefix", &a.KeyPrefix)
@@ -74,5 +54,4 @@ func (c *Config) decodeAsync(v values) {
 	v.bool("/async/dispatcher/enabled", &a.Dispatcher)
 	v.int("/async/dispatcher/concurrency", &a.Concurrency)
 	v.int("/async/dispatcher/budget", &a.Budget)
-	c.Async = a
 }

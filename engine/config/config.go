@@ -48,8 +48,9 @@ type Config struct {
 	Admission Admission
 
 	doc     *schema.Doc
-	fromEnv map[string]string // pointer → the variable that set it
-	prio    *celenv.Priority  // admission.priority, compiled by checkAdmission
+	errs    schema.Diagnostics // what Read found (Clean)
+	fromEnv map[string]string  // pointer → the variable that set it
+	prio    *celenv.Priority   // admission.priority, compiled by checkAdmission
 }
 
 // Server is the `server:` section.
@@ -90,7 +91,8 @@ type Workflow struct {
 	Inline *schema.Doc // the inline document, positions in the config file
 }
 
-// Defaults returns the documented defaults (ACCEPTANCE 19, PROTOCOL 14).
+// Defaults returns the documented defaults (ACCEPTANCE 19, PROTOCOL 14):
+// the one place they are set; decode starts from them for every section.
 func Defaults() Config {
 	return Config{
 		Server: Server{
@@ -116,22 +118,66 @@ func Defaults() Config {
 			TLS:                 tlsfiles.ClientConfig{ReloadInterval: DefaultTLSReloadInterval},
 		},
 		Telemetry: Telemetry{LogLevel: "info"},
+		Async: Async{
+			Backend:        "builtin",
+			KeyPrefix:      "celflow:async:",
+			Queues:         []string{"default"},
+			Tiers:          []string{"interactive", "async", "batch"},
+			WaitTimeout:    60 * time.Second,
+			WaitMax:        time.Hour,
+			EnqueueTimeout: time.Hour,
+			FetchGrace:     60 * time.Second,
+			ResultTTL:      24 * time.Hour,
+			MaxDeliveries:  3,
+			Lease:          30 * time.Second,
+			PollInterval:   time.Second,
+			MaxInlineBytes: 4 << 20,
+			TenantBacklog:  10000,
+			QueueBacklog:   100000,
+			Dispatcher:     true,
+			Concurrency:    16,
+			Budget:         8,
+		},
+		Admission: Admission{QueueTimeout: DefaultQueueTimeout, RetryAfter: DefaultRetryAfter},
 	}
 }
 
 // LoadFile reads and loads a config file; getenv (os.Getenv, or a map in
-// tests; nil for none) supplies the CELFLOW_* overrides.
+// tests; nil for none) supplies the CELFLOW_* overrides. The Config is nil
+// on any error (Read keeps it).
 func LoadFile(path string, getenv func(string) string) (*Config, schema.Diagnostics) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, schema.Diagnostics{{File: path, Msg: "cannot read config: " + err.Error()}}
-	}
-	return Load(path, data, getenv)
+	return valid(Read(path, getenv))
 }
 
 // Load validates a config document after applying the environment, and
 // returns every problem at once, sorted. The Config is nil on any error.
 func Load(file string, data []byte, getenv func(string) string) (*Config, schema.Diagnostics) {
+	return valid(decodeDoc(file, data, getenv))
+}
+
+// Read reads the config file once and decodes it as far as it goes: the
+// diagnostics are those of the whole document (schema, environment, the
+// checks beyond the schema, admission.priority's CEL), and the Config is
+// nil only when the file cannot be read or is not YAML. With errors, a
+// section is decoded leniently (a value of the wrong type leaves its
+// default): build from it only when Clean says so. This is the one decoder
+// of the serve config: Load and LoadFile are Read refusing any error.
+func Read(path string, getenv func(string) string) (*Config, schema.Diagnostics) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, schema.Diagnostics{{File: path, Msg: "cannot read config: " + err.Error()}}
+	}
+	return decodeDoc(path, data, getenv)
+}
+
+func valid(c *Config, ds schema.Diagnostics) (*Config, schema.Diagnostics) {
+	if ds.HasErrors() {
+		return nil, ds
+	}
+	return c, ds
+}
+
+func decodeDoc(file string, data []byte, getenv func(string) string) (*Config, schema.Diagnostics) {
 	doc, ds := schema.LoadYAML(file, data)
 	if doc == nil {
 		return nil, ds.Sort()
@@ -139,11 +185,40 @@ func Load(file string, data []byte, getenv func(string) string) (*Config, schema
 	c := &Config{File: file, doc: doc}
 	ds = append(ds, c.applyEnv(getenv)...)
 	ds = append(ds, c.envDiags(append(append(schema.Validate(doc, ID, ""), c.check()...), c.checkAdmission()...))...)
-	if ds.HasErrors() {
-		return nil, ds.Sort()
-	}
 	c.decode()
+	c.errs = ds
 	return c, ds.Sort()
+}
+
+// Clean reports whether the loaded document holds no error at or under
+// the top-level section (upstream, workflow, server, async, admission...),
+// nor at its root (which may hide anything): whether what is built from
+// that section can be trusted. A missing required section is not clean.
+func (c *Config) Clean(section string) bool {
+	if _, ok := c.doc.Value("/workflow"); !ok && section == "workflow" {
+		return false // the schema reported the missing key
+	}
+	for _, d := range c.errs {
+		if d.Severity != schema.Error {
+			continue
+		}
+		if d.Path == "" || d.Path == section || strings.HasPrefix(d.Path, section+".") ||
+			strings.HasPrefix(d.Path, section+"[") {
+			return false
+		}
+	}
+	return true
+}
+
+// Diag is a diagnostic at the config key ptr (a JSON pointer such as
+// /async/redis_url): at its position in the file, or naming the variable
+// that set it.
+func (c *Config) Diag(ptr, msg string) schema.Diagnostic {
+	d := c.doc.Diag(ptr, schema.Error, msg)
+	if env := c.envFor(d.Path); env != "" {
+		d.File, d.Line, d.Col = env, 0, 0
+	}
+	return d
 }
 
 // maxBodyMiB is the largest max_request_body_size whose byte count fits in
@@ -167,7 +242,7 @@ func (c *Config) check() schema.Diagnostics {
 // decode fills the typed config from the validated document.
 func (c *Config) decode() {
 	d := Defaults()
-	c.Server, c.Upstream, c.Telemetry = d.Server, d.Upstream, d.Telemetry
+	c.Server, c.Upstream, c.Telemetry, c.Async, c.Admission = d.Server, d.Upstream, d.Telemetry, d.Async, d.Admission
 	v := values{c.doc}
 	v.str("/server/listen", &c.Server.Listen)
 	v.int64("/server/max_request_body_size", &c.Server.MaxRequestBodySize)
@@ -218,7 +293,8 @@ func (c *Config) decode() {
 	v.str("/telemetry/tracing/endpoint", &t.Tracing.Endpoint)
 
 	c.decodeAsync(v)
-	c.decodeAdmission(v)
+	c.Admission = decodeAdmission(v)
+	c.Admission.Priority = c.prio
 
 	switch w, _ := c.doc.Value("/workflow"); w := w.(type) {
 	case string:
