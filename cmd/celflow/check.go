@@ -75,7 +75,7 @@ func prepare(path string, getenv func(string) string, o prepareOptions) (*prepar
 	asyncOK := cfg.Clean("async")
 	if asyncOK && cfg.Async.Enabled() {
 		if _, err := redis.ParseURL(cfg.Async.RedisURL); err != nil {
-			ds = append(ds, cfg.Diag("/async/redis_url", err.Error()))
+			ds = append(ds, cfg.Diag("/async/redis_url", schema.RuleAsync, err.Error()))
 			asyncOK = false
 		}
 	}
@@ -83,7 +83,7 @@ func prepare(path string, getenv func(string) string, o prepareOptions) (*prepar
 	if o.serverTLS && cfg.Clean("server") && cfg.Server.TLS.Enabled() {
 		s, err := tlsfiles.NewServer(cfg.Server.TLS, tlsHosts(cfg))
 		if err != nil {
-			ds = append(ds, cfg.Diag("/server/tls", err.Error()))
+			ds = append(ds, cfg.Diag("/server/tls", schema.RuleTLS, err.Error()))
 		}
 		srvTLS = s
 	}
@@ -92,7 +92,7 @@ func prepare(path string, getenv func(string) string, o prepareOptions) (*prepar
 		if asyncOK && o.async != nil {
 			undo, err := o.async(cfg)
 			if err != nil {
-				ds = append(ds, cfg.Diag("/async", err.Error()))
+				ds = append(ds, cfg.Diag("/async", schema.RuleAsync, err.Error()))
 			}
 			if undo != nil {
 				defer undo()

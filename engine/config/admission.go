@@ -52,7 +52,7 @@ func (c *Config) checkAdmission() schema.Diagnostics {
 			for _, is := range iss {
 				line, col := d.ScalarPos("/admission/priority", is.Line, is.Col)
 				ds = append(ds, schema.Diagnostic{File: d.File, Line: line, Col: col,
-					Path: d.Path("/admission/priority"), Msg: is.Msg, Severity: schema.Error})
+					Path: d.Path("/admission/priority"), Msg: is.Msg, Severity: schema.Error, Rule: schema.RuleAdmission})
 			}
 			c.prio = p
 		}
@@ -62,7 +62,7 @@ func (c *Config) checkAdmission() schema.Diagnostics {
 		for _, k := range []string{"/admission/max_queue", "/admission/priority"} {
 			if x, ok := d.Value(k); ok && !isZero(x) {
 				ds = append(ds, d.Diag(k, schema.Error,
-					"has no effect without a bound: set admission.max_in_flight or admission.routes.<route> above 0"))
+					"has no effect without a bound: set admission.max_in_flight or admission.routes.<route> above 0").R(schema.RuleAdmission))
 			}
 		}
 	}
@@ -72,7 +72,7 @@ func (c *Config) checkAdmission() schema.Diagnostics {
 			ptr = "/admission/max_queue"
 		}
 		ds = append(ds, d.Diag(ptr, schema.Error,
-			"a wait queue needs queue_timeout above 0s (set max_queue: 0 to refuse at once instead)"))
+			"a wait queue needs queue_timeout above 0s (set max_queue: 0 to refuse at once instead)").R(schema.RuleAdmission))
 	}
 	return ds
 }

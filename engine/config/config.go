@@ -210,11 +210,11 @@ func (c *Config) Clean(section string) bool {
 	return true
 }
 
-// Diag is a diagnostic at the config key ptr (a JSON pointer such as
-// /async/redis_url): at its position in the file, or naming the variable
+// Diag is an error with its rule at the config key ptr (a JSON pointer such
+// as /async/redis_url): at its position in the file, or naming the variable
 // that set it.
-func (c *Config) Diag(ptr, msg string) schema.Diagnostic {
-	d := c.doc.Diag(ptr, schema.Error, msg)
+func (c *Config) Diag(ptr, rule, msg string) schema.Diagnostic {
+	d := c.doc.Diag(ptr, schema.Error, msg).R(rule)
 	if env := c.envFor(d.Path); env != "" {
 		d.File, d.Line, d.Col = env, 0, 0
 	}

@@ -97,7 +97,7 @@ func (c *Config) checkOps() schema.Diagnostics {
 func (c *Config) keyDiag(prefix, text string) schema.Diagnostic {
 	key, msg, _ := strings.Cut(text, ": ")
 	if _, ok := c.doc.Value(prefix + key); ok {
-		return c.doc.Diag(prefix+key, schema.Error, msg)
+		return c.doc.Diag(prefix+key, schema.Error, msg).R(schema.RuleTLS)
 	}
-	return c.doc.Diag(strings.TrimSuffix(prefix, "/"), schema.Error, key+": "+msg)
+	return c.doc.Diag(strings.TrimSuffix(prefix, "/"), schema.Error, key+": "+msg).R(schema.RuleTLS)
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/celflow/celflow/engine/upstream"
 	"github.com/celflow/celflow/schema"
@@ -23,12 +24,15 @@ func (c *Config) NewUpstream() (*upstream.Client, schema.Diagnostics) {
 	}
 	var ds schema.Diagnostics
 	for _, e := range errs {
-		ptr, msg := "/upstream", e.Error()
+		ptr, rule, msg := "/upstream", schema.RuleUpstream, e.Error()
 		var fe *upstream.FieldError
 		if errors.As(e, &fe) {
 			ptr, msg = "/upstream"+fe.Ptr, fe.Msg
+			if fe.Ptr == "/tls" || strings.HasPrefix(fe.Ptr, "/tls/") {
+				rule = schema.RuleTLS
+			}
 		}
-		ds = append(ds, c.Diag(ptr, msg).R(schema.RuleUpstream))
+		ds = append(ds, c.Diag(ptr, rule, msg))
 	}
 	return nil, ds.Sort()
 }
