@@ -12,6 +12,7 @@ import (
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/config"
 	"github.com/celflow/celflow/engine/metrics"
+	"github.com/celflow/celflow/engine/telemetry"
 	"github.com/celflow/celflow/engine/tlsfiles"
 	"github.com/celflow/celflow/engine/upstream"
 	"github.com/celflow/celflow/nodes/asyncbroker"
@@ -77,6 +78,13 @@ func prepare(path string, getenv func(string) string, o prepareOptions) (*prepar
 		if _, err := redis.ParseURL(cfg.Async.RedisURL); err != nil {
 			ds = append(ds, cfg.Diag("/async/redis_url", schema.RuleAsync, err.Error()))
 			asyncOK = false
+		}
+	}
+	if cfg.Clean("telemetry") {
+		// What telemetry.Setup refuses at start-up (the endpoint, the
+		// OTEL_* variables), checked without installing a tracer.
+		if err := telemetry.Check(cfg.Telemetry.Tracing); err != nil {
+			ds = append(ds, cfg.Diag("/telemetry/tracing", "", err.Error()))
 		}
 	}
 	var srvTLS *tlsfiles.Server

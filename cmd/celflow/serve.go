@@ -75,7 +75,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 			as, err = newAsync(c.Async, m.Registry(), logrus.StandardLogger())
 			return nil, err
 		}})
-	defer as.close()
+	defer func() { as.close() }() // as is set by prepare
 	if p == nil {
 		return refuse(stderr, ds)
 	}
