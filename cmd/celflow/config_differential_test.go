@@ -23,6 +23,19 @@ type verdict struct {
 	text string
 }
 
+// isolateEnv unsets every CELFLOW_* variable of the test's own
+// environment for the rest of the test (restored after it), so that only
+// the fixture's variables reach the three entry points.
+func isolateEnv(t *testing.T) {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "CELFLOW_") {
+			t.Setenv(name, "") // registers the restore
+			os.Unsetenv(name)
+		}
+	}
+}
+
 // fixtureEnv reads a fixture's `# env: NAME=value` lines: the CELFLOW_*
 // environment all three entry points run under. The listener is always
 // 127.0.0.1:0, and the stop does not wait out a drain delay, unless the
@@ -124,6 +137,7 @@ func TestConfigDifferentialInvalid(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
+			isolateEnv(t)
 			for k, v := range fixtureEnv(t, f) {
 				t.Setenv(k, v)
 			}
@@ -161,6 +175,7 @@ func TestConfigDifferentialValid(t *testing.T) {
 			name = filepath.Base(filepath.Dir(f)) + "/" + name
 		}
 		t.Run(name, func(t *testing.T) {
+			isolateEnv(t)
 			for k, v := range fixtureEnv(t, f) {
 				t.Setenv(k, v)
 			}
