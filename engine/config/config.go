@@ -7,7 +7,6 @@ package config
 
 import (
 	_ "embed"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -186,7 +185,7 @@ func decodeDoc(file string, data []byte, getenv func(string) string) (*Config, s
 	ds = append(ds, c.applyEnv(getenv)...)
 	f := readDoc(doc) // typed, with positions; after the environment is applied
 	c.decode(f)
-	ds = append(ds, c.envDiags(append(append(schema.Validate(doc, ID, ""), c.check()...), c.checkAdmission(f)...))...)
+	ds = append(ds, c.envDiags(append(append(schema.Validate(doc, ID, ""), c.check(f)...), c.checkAdmission(f)...))...)
 	c.Admission.Priority = c.prio
 	c.errs = ds
 	return c, ds.Sort()
@@ -227,18 +226,14 @@ func (c *Config) Diag(ptr, rule, msg string) schema.Diagnostic {
 // an int64.
 const maxBodyMiB = (1<<63 - 1) / MiB
 
-// check adds what the schema cannot say clearly.
-func (c *Config) check() schema.Diagnostics {
-	const ptr = "/server/max_request_body_size"
-	if x, ok := c.doc.Value(ptr); ok {
-		if n, ok := x.(json.Number); ok {
-			if i, err := n.Int64(); err == nil && i > maxBodyMiB {
-				return append(c.checkOps(), c.doc.Diag(ptr, schema.Error,
-					fmt.Sprintf("%d MiB overflows int64 bytes (at most %d)", i, int64(maxBodyMiB))))
-			}
-		}
+// check adds what the schema cannot say clearly (after decode).
+func (c *Config) check(f *fileDoc) schema.Diagnostics {
+	ds := c.checkOps()
+	if n := f.Server.MaxRequestBodySize; n.Set && n.V > maxBodyMiB {
+		ds = append(ds, c.doc.Diag(n.Ptr, schema.Error,
+			fmt.Sprintf("%d MiB overflows int64 bytes (at most %d)", n.V, int64(maxBodyMiB))).R(schema.RuleRange))
 	}
-	return c.checkOps()
+	return ds
 }
 
 // decode fills the typed config from the document, over the defaults:
