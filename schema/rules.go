@@ -33,6 +33,9 @@ const (
 	// Serve-config checks beyond the schema (validate --config, serve).
 	RuleUnknownVariable = "config/unknown-variable"
 	RuleUpstream        = "config/upstream"
+	RuleAdmission       = "config/admission"
+	RuleTLS             = "config/tls"
+	RuleAsync           = "config/async"
 )
 
 var rules = map[string]Rule{}
@@ -80,6 +83,9 @@ func init() {
 		Rule{RuleInternal, "an internal error while loading (a bug)", "report it with the file that triggers it"},
 		Rule{RuleUnknownVariable, "a CELFLOW_* variable that names no serve-config key (an error under validate --config and serve --check, a warning at serve start)", "fix the name (see the did-you-mean hint) or unset the variable"},
 		Rule{RuleUpstream, "an upstream section the upstream client refuses (mode, URLs, duplicate endpoints, pool names)", "follow the message; docs/configuration.md lists the upstream keys"},
+		Rule{RuleAdmission, "an admission section serve cannot apply: a priority expression that does not compile to an int over request.id/format/path/headers, or a queue or priority without a bound", "follow the message; set admission.max_in_flight or a route bound for a queue or a priority"},
+		Rule{RuleTLS, "server.tls or upstream.tls settings that cannot work together, or a certificate, key or CA file that does not load", "fix the paths (relative to the config file) or the settings named in the message"},
+		Rule{RuleAsync, "an async section serve cannot build from (a redis_url that is not a redis:// or rediss:// URL)", "write redis_url as redis://host:port/db"},
 	)
 }
 

@@ -52,11 +52,17 @@ func newAsync(a config.Async, reg prometheus.Registerer, log *logrus.Logger) (*a
 			TenantBacklog: a.TenantBacklog, QueueBacklog: a.QueueBacklog})
 		backend = b
 	}
-	rt := asyncbroker.NewRuntime(backend, asyncbroker.Settings{Queues: a.Queues, Tiers: a.Tiers,
-		WaitDefault: a.WaitTimeout, WaitMax: a.WaitMax, EnqueueDefault: a.EnqueueTimeout, WaitCap: a.WaitCap,
-		PollInterval: a.PollInterval, MaxInlineBytes: a.MaxInlineBytes}, asyncbroker.NewMetrics(reg), log)
+	rt := asyncbroker.NewRuntime(backend, asyncSettings(a), asyncbroker.NewMetrics(reg), log)
 	asyncbroker.Install(rt)
 	return &asyncSetup{rt: rt, builtin: b, rdb: rdb, cfg: a}, nil
+}
+
+// asyncSettings are the async section's keys the HTTP side and the
+// async-broker node read (serve and the checks build the node alike).
+func asyncSettings(a config.Async) asyncbroker.Settings {
+	return asyncbroker.Settings{Queues: a.Queues, Tiers: a.Tiers,
+		WaitDefault: a.WaitTimeout, WaitMax: a.WaitMax, EnqueueDefault: a.EnqueueTimeout, WaitCap: a.WaitCap,
+		PollInterval: a.PollInterval, MaxInlineBytes: a.MaxInlineBytes}
 }
 
 // routes are GET and DELETE /v1/requests/{id}.

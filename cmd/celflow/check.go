@@ -3,59 +3,171 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/config"
+	"github.com/celflow/celflow/engine/metrics"
+	"github.com/celflow/celflow/engine/telemetry"
+	"github.com/celflow/celflow/engine/tlsfiles"
 	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/nodes/asyncbroker"
 	"github.com/celflow/celflow/schema"
 )
 
-// checkServe is what `celflow validate --config FILE` and `celflow serve
-// --check` run: the serve config, its CELFLOW_* overrides (and any
-// CELFLOW_* variable that names no key), the upstream section and the
-// workflow it names, loaded exactly as serve loads them (the workflow
-// against the real upstream pools, so a role with no pool is caught), but
-// going on past the first failing part so every problem is reported in one
-// run. tests also runs the workflow's tests: block. The summary describes a
-// clean load.
-func checkServe(path string, getenv func(string) string, environ []string, tests bool) (schema.Diagnostics, string) {
-	p, ds := config.LoadPartial(path, getenv)
-	if p == nil {
-		return ds, ""
+// prepared is everything serve builds from its config before it listens:
+// the generation (the config with its compiled admission.priority and
+// async settings, the upstream client, the workflow) and the listener's
+// TLS material. Serve then only opens listeners and runs.
+type prepared struct {
+	gen       *generation
+	serverTLS *tlsfiles.Server // nil: plain HTTP, or not asked for (reload)
+}
+
+// prepareOptions say how the callers of prepare differ: in what they keep
+// or install, never in what is checked.
+type prepareOptions struct {
+	// metrics, when set, hooks a new upstream client to it (serve).
+	metrics *metrics.Metrics
+	// reuse lends its upstream client when the upstream section is
+	// unchanged (reload: connections, health and prefix index survive).
+	reuse *generation
+	// serverTLS loads server.tls (start-up and the checks; a reload
+	// applies it to the running listener instead).
+	serverTLS bool
+	// async installs the async runtime the async-broker node binds when
+	// the workflow is built, from a valid async section; it returns what
+	// undoes it, nil for nothing. nil leaves the installed runtime alone
+	// (reload: async needs a restart).
+	async func(*config.Config) (undo func(), err error)
+}
+
+// prepare is the one build step of a serve config, shared by `celflow
+// validate --config`, `celflow serve --check` and `celflow serve` (start-up
+// and SIGHUP reload): it reads the file once (with getenv's CELFLOW_*
+// overrides), decodes and checks it, builds the upstream client, checks the
+// async settings and the listener's TLS files, and loads the workflow
+// against the real pools. It goes on past a failing part, so ds holds
+// every problem at once; the result is nil when any is an error, and on
+// success ds holds the warnings.
+func prepare(path string, getenv func(string) string, o prepareOptions) (*prepared, schema.Diagnostics) {
+	cfg, ds := config.Read(path, getenv)
+	if cfg == nil {
+		return nil, ds
 	}
-	ds = append(ds, config.UnknownEnv(environ, schema.Error)...)
 	var up *upstream.Client
-	if p.UpstreamOK {
-		var uds schema.Diagnostics
-		up, uds = p.NewUpstream()
-		ds = append(ds, uds...)
+	if cfg.Clean("upstream") {
+		if o.reuse != nil && sameUpstream(o.reuse.cfg.Upstream, cfg.Upstream) {
+			up = o.reuse.up
+		} else {
+			var uds schema.Diagnostics
+			up, uds = cfg.NewUpstream()
+			ds = append(ds, uds...)
+			if up != nil && o.metrics != nil {
+				up.OnLeg = o.metrics.UpstreamHook()
+				up.SetHealthHook(o.metrics.HealthHook())
+			}
+		}
 	}
-	if !p.WorkflowOK {
-		return ds.Sort(), ""
+	asyncOK := cfg.Clean("async")
+	if asyncOK && cfg.Async.Enabled() {
+		if _, err := redis.ParseURL(cfg.Async.RedisURL); err != nil {
+			ds = append(ds, cfg.Diag("/async/redis_url", schema.RuleAsync, err.Error()))
+			asyncOK = false
+		}
 	}
-	opts := engine.LoadOptions{Upstream: up, WriteTimeout: p.Server.WriteTimeout}
+	if cfg.Clean("telemetry") {
+		// What telemetry.Setup refuses at start-up (the endpoint, the
+		// OTEL_* variables), checked without installing a tracer.
+		if err := telemetry.Check(cfg.Telemetry.Tracing); err != nil {
+			ds = append(ds, cfg.Diag("/telemetry/tracing", "", err.Error()))
+		}
+	}
+	var srvTLS *tlsfiles.Server
+	if o.serverTLS && cfg.Clean("server") && cfg.Server.TLS.Enabled() {
+		s, err := tlsfiles.NewServer(cfg.Server.TLS, tlsHosts(cfg))
+		if err != nil {
+			ds = append(ds, cfg.Diag("/server/tls", schema.RuleTLS, err.Error()))
+		}
+		srvTLS = s
+	}
 	var wf *engine.Workflow
-	var wds schema.Diagnostics
-	if p.Workflow.Inline != nil {
-		wf, wds = engine.LoadDoc(p.Workflow.Inline, opts)
-	} else {
-		wf, wds = engine.LoadFile(p.Workflow.Path, opts)
+	if cfg.Clean("workflow") {
+		if asyncOK && o.async != nil {
+			undo, err := o.async(cfg)
+			if err != nil {
+				ds = append(ds, cfg.Diag("/async", schema.RuleAsync, err.Error()))
+			}
+			if undo != nil {
+				defer undo()
+			}
+		}
+		// Without a client (the upstream section has errors) the workflow
+		// is checked validate-only, so its own problems are reported too.
+		opts := engine.LoadOptions{Upstream: up, WriteTimeout: cfg.Server.WriteTimeout}
+		var wds schema.Diagnostics
+		if cfg.Workflow.Inline != nil {
+			wf, wds = engine.LoadDoc(cfg.Workflow.Inline, opts)
+		} else {
+			wf, wds = engine.LoadFile(cfg.Workflow.Path, opts)
+		}
+		ds = append(ds, wds...)
 	}
-	ds = append(ds, wds...)
-	if wf == nil {
+	if ds.HasErrors() || wf == nil || up == nil {
+		return nil, ds.Sort()
+	}
+	return &prepared{gen: &generation{cfg: cfg, up: up, wf: wf}, serverTLS: srvTLS}, ds.Sort()
+}
+
+// checkAsync is the async step of the checks: the async-broker node is
+// built against the configured queues and tiers, as serve builds it, with
+// a runtime that has no back end (nothing is sent) and is uninstalled
+// after the load.
+func checkAsync(cfg *config.Config) (func(), error) {
+	prev := asyncbroker.Installed()
+	var rt *asyncbroker.Runtime
+	if cfg.Async.Enabled() {
+		rt = asyncbroker.NewRuntime(nil, asyncSettings(cfg.Async), nil, nil)
+	}
+	asyncbroker.Install(rt)
+	return func() { asyncbroker.Install(prev) }, nil
+}
+
+// tlsHosts are the names a self-signed listener certificate carries:
+// localhost, the loopback addresses, the host name and the listen host.
+func tlsHosts(cfg *config.Config) []string {
+	hosts := []string{"localhost", "127.0.0.1", "::1"}
+	if h, err := os.Hostname(); err == nil {
+		hosts = append(hosts, h)
+	}
+	if h, _, err := net.SplitHostPort(cfg.Server.Listen); err == nil && h != "" {
+		hosts = append(hosts, h)
+	}
+	return hosts
+}
+
+// checkServe is what `celflow validate --config FILE` and `celflow serve
+// --check` run: prepare, exactly as serve runs it, plus what only a check
+// adds: any CELFLOW_* variable that names no key is an error (a warning
+// for serve), and tests runs the workflow's tests: block. The summary
+// describes a clean load.
+func checkServe(path string, getenv func(string) string, environ []string, tests bool) (schema.Diagnostics, string) {
+	p, ds := prepare(path, getenv, prepareOptions{serverTLS: true, async: checkAsync})
+	ds = append(ds, config.UnknownEnv(environ, schema.Error)...)
+	if p == nil {
 		return ds.Sort(), ""
 	}
+	wf, up := p.gen.wf, p.gen.up
 	if tests {
 		ds = append(ds, wf.RunTests(context.Background())...)
 	}
-	mode := "validate-only"
-	if up != nil {
-		mode = "gateway"
-		if up.Direct() {
-			mode = "direct"
-		}
+	mode := "gateway"
+	if up.Direct() {
+		mode = "direct"
 	}
 	return ds.Sort(), fmt.Sprintf("workflow %s, %d nodes, %d tests, upstream %s", wf.Name(), len(wf.Nodes()), wf.TestCount(), mode)
 }

@@ -23,40 +23,19 @@ type generation struct {
 	wf  *engine.Workflow
 }
 
-// load reads the config file (with getenv's CELFLOW_* overrides), builds
-// the upstream client and loads the workflow, exactly as start-up does. On
-// failure the generation is nil and ds holds every problem, in the text
-// `celflow validate` prints; on success ds holds the warnings. reuse, when
-// its upstream section equals the new one, lends its client to the new
+// load is a reload's build step: prepare (the one used by start-up and the
+// checks), keeping the running async runtime and listener. On failure the
+// generation is nil and ds holds every problem, in the text `celflow
+// validate` prints; on success ds holds the warnings. reuse, when its
+// upstream section equals the new one, lends its client to the new
 // generation: an unchanged upstream keeps its connections, passive health
 // and prefix index across a reload.
 func load(path string, getenv func(string) string, m *metrics.Metrics, reuse *generation) (*generation, schema.Diagnostics) {
-	cfg, ds := config.LoadFile(path, getenv)
-	if cfg == nil {
+	p, ds := prepare(path, getenv, prepareOptions{metrics: m, reuse: reuse})
+	if p == nil {
 		return nil, ds
 	}
-	warn := ds
-	var up *upstream.Client
-	if reuse != nil && sameUpstream(reuse.cfg.Upstream, cfg.Upstream) {
-		up = reuse.up
-	} else {
-		if up, ds = cfg.NewUpstream(); up == nil {
-			return nil, ds
-		}
-		up.OnLeg = m.UpstreamHook()
-		up.SetHealthHook(m.HealthHook())
-	}
-	opts := engine.LoadOptions{Upstream: up, WriteTimeout: cfg.Server.WriteTimeout}
-	var wf *engine.Workflow
-	if cfg.Workflow.Inline != nil {
-		wf, ds = engine.LoadDoc(cfg.Workflow.Inline, opts)
-	} else {
-		wf, ds = engine.LoadFile(cfg.Workflow.Path, opts)
-	}
-	if wf == nil {
-		return nil, ds
-	}
-	return &generation{cfg: cfg, up: up, wf: wf}, append(warn, ds...)
+	return p.gen, ds
 }
 
 // live is what the front swaps: the workflow on each route it serves, and

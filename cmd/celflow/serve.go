@@ -65,20 +65,21 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	}
 
 	m := metrics.New()
-	// The async runtime is installed before the workflow loads: the
+	// The one build step validate and --check run too (check.go); the
+	// async runtime is installed before the workflow loads: the
 	// async-broker node takes it at build time.
 	var as *asyncSetup
-	if c0, _ := config.LoadFile(*cfgPath, getenv); c0 != nil {
-		if as, err = newAsync(c0.Async, m.Registry(), logrus.StandardLogger()); err != nil {
-			fmt.Fprintf(stderr, "celflow serve: %v\n", err)
-			return 1
-		}
-		defer as.close()
-	}
-	g, ds := load(*cfgPath, getenv, m, nil)
-	if g == nil {
+	p, ds := prepare(*cfgPath, getenv, prepareOptions{metrics: m, serverTLS: true,
+		async: func(c *config.Config) (func(), error) {
+			var err error
+			as, err = newAsync(c.Async, m.Registry(), logrus.StandardLogger())
+			return nil, err
+		}})
+	defer func() { as.close() }() // as is set by prepare
+	if p == nil {
 		return refuse(stderr, ds)
 	}
+	g := p.gen
 	m.WatchUpstream(g.up)
 	cfg := g.cfg
 	level, err := logLevel(cfg.Telemetry.LogLevel, *verbosity)
@@ -116,11 +117,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		}
 	}()
 
-	tlsSt, err := newTLSState(cfg, log, m)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: server.tls: %v\n", cfg.File, err)
-		return 1
-	}
+	tlsSt := newTLSState(p.serverTLS, cfg, log, m)
 	tlsSt.setUpstream(g.up)
 
 	lv := g.live()

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
-	"net"
-	"os"
 	"reflect"
 	"sync/atomic"
 
@@ -29,25 +27,14 @@ type tlsState struct {
 	up  atomic.Pointer[upstream.Client]
 }
 
-// newTLSState loads server.tls when it is on. A self-signed certificate
-// names localhost, the loopback addresses, the host name and the listen host.
-func newTLSState(cfg *config.Config, log *logrus.Logger, m *metrics.Metrics) (*tlsState, error) {
+// newTLSState takes the listener's TLS material prepare loaded (nil: plain
+// HTTP) and logs it.
+func newTLSState(s *tlsfiles.Server, cfg *config.Config, log *logrus.Logger, m *metrics.Metrics) *tlsState {
 	t := &tlsState{log: log, m: metrics.NewTLS(m)}
+	if s == nil {
+		return t
+	}
 	st := cfg.Server.TLS
-	if !st.Enabled() {
-		return t, nil
-	}
-	hosts := []string{"localhost", "127.0.0.1", "::1"}
-	if h, err := os.Hostname(); err == nil {
-		hosts = append(hosts, h)
-	}
-	if h, _, err := net.SplitHostPort(cfg.Server.Listen); err == nil && h != "" {
-		hosts = append(hosts, h)
-	}
-	s, err := tlsfiles.NewServer(st, hosts)
-	if err != nil {
-		return nil, err
-	}
 	t.srv = s
 	leaf := s.Leaf()
 	e := log.WithFields(certFields(leaf)).WithFields(logrus.Fields{"min_version": orDefault(st.MinVersion, "1.2"),
@@ -58,7 +45,7 @@ func newTLSState(cfg *config.Config, log *logrus.Logger, m *metrics.Metrics) (*t
 		e.Info("TLS: serving the configured certificate")
 	}
 	t.m.Expiry(metrics.TLSScopeServer, leaf.NotAfter)
-	return t, nil
+	return t
 }
 
 // options is the listener's tls.Config, nil for plain HTTP.

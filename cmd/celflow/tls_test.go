@@ -179,7 +179,7 @@ func TestServeSelfSignedAndBadFiles(t *testing.T) {
 	cfgPath = writeFile(t, dir, "serve.yaml", "server: {tls: {cert_file: bad.crt, key_file: bad.crt}}\nupstream: {gateway: \"http://127.0.0.1:9\"}\nworkflow: wf.yaml\n")
 	var stderr syncBuf
 	if code := runServe(context.Background(), []string{"--config", cfgPath}, &stderr, noEnv, nil); code != 1 ||
-		!strings.Contains(stderr.String(), "serve.yaml: server.tls: ") {
+		!strings.Contains(stderr.String(), "serve.yaml:1:15: server.tls: ") { // at the key, as validate prints it
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 }

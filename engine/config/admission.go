@@ -38,74 +38,51 @@ const (
 	DefaultRetryAfter   = time.Second
 )
 
-var admissionRoutes = []string{"chat", "completions", "generate"}
-
 // checkAdmission compiles admission.priority (its errors point into the
 // expression) and refuses settings that would do nothing: a queue or a
 // priority without a bound, a queue that cannot wait.
-func (c *Config) checkAdmission() schema.Diagnostics {
+func (c *Config) checkAdmission(f *fileDoc) schema.Diagnostics {
 	var ds schema.Diagnostics
-	d := c.doc
-	if src, ok := d.Value("/admission/priority"); ok {
-		if s, ok := src.(string); ok && s != "" {
-			p, iss := celenv.CompilePriority(s)
-			for _, is := range iss {
-				line, col := d.ScalarPos("/admission/priority", is.Line, is.Col)
-				ds = append(ds, schema.Diagnostic{File: d.File, Line: line, Col: col,
-					Path: d.Path("/admission/priority"), Msg: is.Msg, Severity: schema.Error})
-			}
-			c.prio = p
+	d, ad := c.doc, &f.Admission
+	prio := ad.Priority.Set && ad.Priority.V != ""
+	if prio {
+		p, iss := celenv.CompilePriority(ad.Priority.V)
+		for _, is := range iss {
+			line, col := d.ScalarPos(ad.Priority.Ptr, is.Line, is.Col)
+			ds = append(ds, schema.Diagnostic{File: d.File, Line: line, Col: col,
+				Path: d.Path(ad.Priority.Ptr), Msg: is.Msg, Severity: schema.Error, Rule: schema.RuleAdmission})
 		}
+		c.prio = p
 	}
-	var probe Config
-	probe.doc = d
-	probe.decodeAdmissionValues(values{d})
-	a := probe.Admission
+	a := c.Admission // decoded
 	if !a.Enabled() {
-		for _, k := range []string{"/admission/max_queue", "/admission/priority"} {
-			if x, ok := d.Value(k); ok && !isZero(x) {
-				ds = append(ds, d.Diag(k, schema.Error,
-					"has no effect without a bound: set admission.max_in_flight or admission.routes.<route> above 0"))
-			}
+		const msg = "has no effect without a bound: set admission.max_in_flight or admission.routes.<route> above 0"
+		if ad.MaxQueue.Set && ad.MaxQueue.V != 0 {
+			ds = append(ds, d.Diag(ad.MaxQueue.Ptr, schema.Error, msg).R(schema.RuleAdmission))
+		}
+		if prio {
+			ds = append(ds, d.Diag(ad.Priority.Ptr, schema.Error, msg).R(schema.RuleAdmission))
 		}
 	}
 	if a.MaxQueue > 0 && a.QueueTimeout <= 0 {
-		ptr := "/admission/queue_timeout"
-		if !d.Has(ptr) {
-			ptr = "/admission/max_queue"
+		at := ad.QueueTimeout.Pos
+		if !d.Has(at.Ptr) {
+			at = ad.MaxQueue.Pos
 		}
-		ds = append(ds, d.Diag(ptr, schema.Error,
-			"a wait queue needs queue_timeout above 0s (set max_queue: 0 to refuse at once instead)"))
+		ds = append(ds, d.Diag(at.Ptr, schema.Error,
+			"a wait queue needs queue_timeout above 0s (set max_queue: 0 to refuse at once instead)").R(schema.RuleAdmission))
 	}
 	return ds
 }
 
-func isZero(x any) bool {
-	switch v := x.(type) {
-	case string:
-		return v == ""
-	case interface{ String() string }: // json.Number
-		return v.String() == "0"
-	}
-	return x == nil
-}
-
-// decodeAdmission fills c.Admission from the validated document.
-func (c *Config) decodeAdmission(v values) {
-	c.decodeAdmissionValues(v)
-	c.Admission.Priority = c.prio
-}
-
-func (c *Config) decodeAdmissionValues(v values) {
-	a := Admission{QueueTimeout: DefaultQueueTimeout, RetryAfter: DefaultRetryAfter, Routes: map[string]int{}}
-	v.int("/admission/max_in_flight", &a.MaxInFlight)
-	for _, r := range admissionRoutes {
-		n := 0
-		v.int("/admission/routes/"+r, &n)
-		a.Routes[r] = n
-	}
-	v.int("/admission/max_queue", &a.MaxQueue)
-	v.dur("/admission/queue_timeout", &a.QueueTimeout)
-	v.dur("/admission/retry_after", &a.RetryAfter)
-	c.Admission = a
+// decodeAdmission reads the admission section over its defaults
+// (Defaults); checkAdmission reads it before the rest is decoded.
+func decodeAdmission(d *admissionDoc) Admission {
+	a := Defaults().Admission
+	keep(&a.MaxInFlight, d.MaxInFlight)
+	a.Routes = map[string]int{"chat": d.Routes.Chat.V, "completions": d.Routes.Completions.V, "generate": d.Routes.Generate.V}
+	keep(&a.MaxQueue, d.MaxQueue)
+	keep(&a.QueueTimeout, d.QueueTimeout)
+	keep(&a.RetryAfter, d.RetryAfter)
+	return a
 }

@@ -26,53 +26,30 @@ type Async struct {
 	Budget         int
 }
 
-// Enabled reports whether async requests are configured.
+// Enabled reports whether async requests are configured. Its defaults are
+// in Defaults.
 func (a Async) Enabled() bool { return a.RedisURL != "" }
 
-func defaultAsync() Async {
-	return Async{
-		Backend:        "builtin",
-		KeyPrefix:      "celflow:async:",
-		Queues:         []string{"default"},
-		Tiers:          []string{"interactive", "async", "batch"},
-		WaitTimeout:    60 * time.Second,
-		WaitMax:        time.Hour,
-		EnqueueTimeout: time.Hour,
-		FetchGrace:     60 * time.Second,
-		ResultTTL:      24 * time.Hour,
-		MaxDeliveries:  3,
-		Lease:          30 * time.Second,
-		PollInterval:   time.Second,
-		MaxInlineBytes: 4 << 20,
-		TenantBacklog:  10000,
-		QueueBacklog:   100000,
-		Dispatcher:     true,
-		Concurrency:    16,
-		Budget:         8,
-	}
-}
-
-func (c *Config) decodeAsync(v values) {
-	a := defaultAsync()
-	v.str("/async/redis_url", &a.RedisURL)
-	v.str("/async/backend", &a.Backend)
-	v.str("/async/key_prefix", &a.KeyPrefix)
-	v.list("/async/queues", &a.Queues)
-	v.list("/async/tiers", &a.Tiers)
-	v.dur("/async/timeouts/wait", &a.WaitTimeout)
-	v.dur("/async/timeouts/wait_max", &a.WaitMax)
-	v.dur("/async/timeouts/enqueue", &a.EnqueueTimeout)
-	v.dur("/async/wait_cap", &a.WaitCap)
-	v.dur("/async/fetch_grace", &a.FetchGrace)
-	v.dur("/async/result_ttl", &a.ResultTTL)
-	v.int("/async/max_deliveries", &a.MaxDeliveries)
-	v.dur("/async/lease", &a.Lease)
-	v.dur("/async/poll_interval", &a.PollInterval)
-	v.int("/async/max_inline_bytes", &a.MaxInlineBytes)
-	v.int("/async/backlog/per_tenant", &a.TenantBacklog)
-	v.int("/async/backlog/per_queue", &a.QueueBacklog)
-	v.bool("/async/dispatcher/enabled", &a.Dispatcher)
-	v.int("/async/dispatcher/concurrency", &a.Concurrency)
-	v.int("/async/dispatcher/budget", &a.Budget)
-	c.Async = a
+// decodeAsync reads the async section over the defaults in a (Defaults).
+func decodeAsync(a *Async, d *asyncDoc) {
+	keep(&a.RedisURL, d.RedisURL)
+	keep(&a.Backend, d.Backend)
+	keep(&a.KeyPrefix, d.KeyPrefix)
+	keep(&a.Queues, d.Queues)
+	keep(&a.Tiers, d.Tiers)
+	keep(&a.WaitTimeout, d.Timeouts.Wait)
+	keep(&a.WaitMax, d.Timeouts.WaitMax)
+	keep(&a.EnqueueTimeout, d.Timeouts.Enqueue)
+	keep(&a.WaitCap, d.WaitCap)
+	keep(&a.FetchGrace, d.FetchGrace)
+	keep(&a.ResultTTL, d.ResultTTL)
+	keep(&a.MaxDeliveries, d.MaxDeliveries)
+	keep(&a.Lease, d.Lease)
+	keep(&a.PollInterval, d.PollInterval)
+	keep(&a.MaxInlineBytes, d.MaxInlineBytes)
+	keep(&a.TenantBacklog, d.Backlog.PerTenant)
+	keep(&a.QueueBacklog, d.Backlog.PerQueue)
+	keep(&a.Dispatcher, d.Dispatcher.Enabled)
+	keep(&a.Concurrency, d.Dispatcher.Concurrency)
+	keep(&a.Budget, d.Dispatcher.Budget)
 }

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"os"
 	"sort"
 	"strings"
 
@@ -63,57 +62,6 @@ func closest(name string, cands []string) string {
 		}
 	}
 	return best
-}
-
-// Partial is a config checked as far as it goes: whatever part of the
-// document is valid is decoded, so a checker can go on to the workflow and
-// the upstream pools and report their problems together with the config's
-// own (`celflow validate --config`). Serving uses Load, which refuses a
-// config with any error.
-type Partial struct {
-	*Config
-	// WorkflowOK: the workflow key itself is valid (Workflow is usable).
-	WorkflowOK bool
-	// UpstreamOK: the upstream section is valid (NewUpstream may be called).
-	UpstreamOK bool
-}
-
-// LoadPartial is Load that keeps going: it returns the diagnostics of the
-// whole document and a Partial whose sections are decoded when they hold no
-// error. It is nil only when the file cannot be read or parsed as YAML.
-func LoadPartial(path string, getenv func(string) string) (*Partial, schema.Diagnostics) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, schema.Diagnostics{{File: path, Msg: "cannot read config: " + err.Error()}}
-	}
-	doc, ds := schema.LoadYAML(path, data)
-	if doc == nil {
-		return nil, ds.Sort()
-	}
-	c := &Config{File: path, doc: doc}
-	ds = append(ds, c.applyEnv(getenv)...)
-	ds = append(ds, c.envDiags(append(schema.Validate(doc, ID, ""), c.check()...))...)
-	c.decode() // lenient: a value of the wrong type leaves the default
-	p := &Partial{Config: c, WorkflowOK: clean(ds, "workflow"), UpstreamOK: clean(ds, "upstream")}
-	if _, ok := doc.Value("/workflow"); !ok {
-		p.WorkflowOK = false // the schema reported the missing key
-	}
-	return p, ds.Sort()
-}
-
-// clean reports whether no error lies at or under the dotted section path
-// (or at the document root, which may hide anything).
-func clean(ds schema.Diagnostics, section string) bool {
-	for _, d := range ds {
-		if d.Severity != schema.Error {
-			continue
-		}
-		if d.Path == "" || d.Path == section || strings.HasPrefix(d.Path, section+".") ||
-			strings.HasPrefix(d.Path, section+"[") {
-			return false
-		}
-	}
-	return true
 }
 
 // EnvNames lists the variable of every config key, sorted (docs, tests).

@@ -7,7 +7,6 @@ package config
 
 import (
 	_ "embed"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -48,8 +47,9 @@ type Config struct {
 	Admission Admission
 
 	doc     *schema.Doc
-	fromEnv map[string]string // pointer → the variable that set it
-	prio    *celenv.Priority  // admission.priority, compiled by checkAdmission
+	errs    schema.Diagnostics // what Read found (Clean)
+	fromEnv map[string]string  // pointer → the variable that set it
+	prio    *celenv.Priority   // admission.priority, compiled by checkAdmission
 }
 
 // Server is the `server:` section.
@@ -90,7 +90,8 @@ type Workflow struct {
 	Inline *schema.Doc // the inline document, positions in the config file
 }
 
-// Defaults returns the documented defaults (ACCEPTANCE 19, PROTOCOL 14).
+// Defaults returns the documented defaults (ACCEPTANCE 19, PROTOCOL 14):
+// the one place they are set; decode starts from them for every section.
 func Defaults() Config {
 	return Config{
 		Server: Server{
@@ -116,111 +117,184 @@ func Defaults() Config {
 			TLS:                 tlsfiles.ClientConfig{ReloadInterval: DefaultTLSReloadInterval},
 		},
 		Telemetry: Telemetry{LogLevel: "info"},
+		Async: Async{
+			Backend:        "builtin",
+			KeyPrefix:      "celflow:async:",
+			Queues:         []string{"default"},
+			Tiers:          []string{"interactive", "async", "batch"},
+			WaitTimeout:    60 * time.Second,
+			WaitMax:        time.Hour,
+			EnqueueTimeout: time.Hour,
+			FetchGrace:     60 * time.Second,
+			ResultTTL:      24 * time.Hour,
+			MaxDeliveries:  3,
+			Lease:          30 * time.Second,
+			PollInterval:   time.Second,
+			MaxInlineBytes: 4 << 20,
+			TenantBacklog:  10000,
+			QueueBacklog:   100000,
+			Dispatcher:     true,
+			Concurrency:    16,
+			Budget:         8,
+		},
+		Admission: Admission{QueueTimeout: DefaultQueueTimeout, RetryAfter: DefaultRetryAfter},
 	}
 }
 
 // LoadFile reads and loads a config file; getenv (os.Getenv, or a map in
-// tests; nil for none) supplies the CELFLOW_* overrides.
+// tests; nil for none) supplies the CELFLOW_* overrides. The Config is nil
+// on any error (Read keeps it).
 func LoadFile(path string, getenv func(string) string) (*Config, schema.Diagnostics) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, schema.Diagnostics{{File: path, Msg: "cannot read config: " + err.Error()}}
-	}
-	return Load(path, data, getenv)
+	return valid(Read(path, getenv))
 }
 
 // Load validates a config document after applying the environment, and
 // returns every problem at once, sorted. The Config is nil on any error.
 func Load(file string, data []byte, getenv func(string) string) (*Config, schema.Diagnostics) {
+	return valid(decodeDoc(file, data, getenv))
+}
+
+// Read reads the config file once and decodes it as far as it goes: the
+// diagnostics are those of the whole document (schema, environment, the
+// checks beyond the schema, admission.priority's CEL), and the Config is
+// nil only when the file cannot be read or is not YAML. With errors, a
+// section is decoded leniently (a value of the wrong type leaves its
+// default): build from it only when Clean says so. This is the one decoder
+// of the serve config: Load and LoadFile are Read refusing any error.
+func Read(path string, getenv func(string) string) (*Config, schema.Diagnostics) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, schema.Diagnostics{{File: path, Msg: "cannot read config: " + err.Error()}}
+	}
+	return decodeDoc(path, data, getenv)
+}
+
+func valid(c *Config, ds schema.Diagnostics) (*Config, schema.Diagnostics) {
+	if ds.HasErrors() {
+		return nil, ds
+	}
+	return c, ds
+}
+
+func decodeDoc(file string, data []byte, getenv func(string) string) (*Config, schema.Diagnostics) {
 	doc, ds := schema.LoadYAML(file, data)
 	if doc == nil {
 		return nil, ds.Sort()
 	}
 	c := &Config{File: file, doc: doc}
 	ds = append(ds, c.applyEnv(getenv)...)
-	ds = append(ds, c.envDiags(append(append(schema.Validate(doc, ID, ""), c.check()...), c.checkAdmission()...))...)
-	if ds.HasErrors() {
-		return nil, ds.Sort()
-	}
-	c.decode()
+	f := readDoc(doc) // typed, with positions; after the environment is applied
+	c.decode(f)
+	ds = append(ds, c.envDiags(append(append(schema.Validate(doc, ID, ""), c.check(f)...), c.checkAdmission(f)...))...)
+	c.Admission.Priority = c.prio
+	c.errs = ds
 	return c, ds.Sort()
+}
+
+// Clean reports whether the loaded document holds no error at or under
+// the top-level section (upstream, workflow, server, async, admission...),
+// nor at its root (which may hide anything): whether what is built from
+// that section can be trusted. A missing required section is not clean.
+func (c *Config) Clean(section string) bool {
+	if _, ok := c.doc.Value("/workflow"); !ok && section == "workflow" {
+		return false // the schema reported the missing key
+	}
+	for _, d := range c.errs {
+		if d.Severity != schema.Error {
+			continue
+		}
+		if d.Path == "" || d.Path == section || strings.HasPrefix(d.Path, section+".") ||
+			strings.HasPrefix(d.Path, section+"[") {
+			return false
+		}
+	}
+	return true
+}
+
+// Diag is an error with its rule at the config key ptr (a JSON pointer such
+// as /async/redis_url): at its position in the file, or naming the variable
+// that set it.
+func (c *Config) Diag(ptr, rule, msg string) schema.Diagnostic {
+	d := c.doc.Diag(ptr, schema.Error, msg).R(rule)
+	if env := c.envFor(d.Path); env != "" {
+		d.File, d.Line, d.Col = env, 0, 0
+	}
+	return d
 }
 
 // maxBodyMiB is the largest max_request_body_size whose byte count fits in
 // an int64.
 const maxBodyMiB = (1<<63 - 1) / MiB
 
-// check adds what the schema cannot say clearly.
-func (c *Config) check() schema.Diagnostics {
-	const ptr = "/server/max_request_body_size"
-	if x, ok := c.doc.Value(ptr); ok {
-		if n, ok := x.(json.Number); ok {
-			if i, err := n.Int64(); err == nil && i > maxBodyMiB {
-				return append(c.checkOps(), c.doc.Diag(ptr, schema.Error,
-					fmt.Sprintf("%d MiB overflows int64 bytes (at most %d)", i, int64(maxBodyMiB))))
-			}
-		}
+// check adds what the schema cannot say clearly (after decode).
+func (c *Config) check(f *fileDoc) schema.Diagnostics {
+	ds := c.checkOps()
+	if n := f.Server.MaxRequestBodySize; n.Set && n.V > maxBodyMiB {
+		ds = append(ds, c.doc.Diag(n.Ptr, schema.Error,
+			fmt.Sprintf("%d MiB overflows int64 bytes (at most %d)", n.V, int64(maxBodyMiB))).R(schema.RuleRange))
 	}
-	return c.checkOps()
+	return ds
 }
 
-// decode fills the typed config from the validated document.
-func (c *Config) decode() {
+// decode fills the typed config from the document, over the defaults:
+// every section is decoded (leniently when the document has errors: a value
+// of the wrong type keeps its default).
+func (c *Config) decode(f *fileDoc) {
 	d := Defaults()
-	c.Server, c.Upstream, c.Telemetry = d.Server, d.Upstream, d.Telemetry
-	v := values{c.doc}
-	v.str("/server/listen", &c.Server.Listen)
-	v.int64("/server/max_request_body_size", &c.Server.MaxRequestBodySize)
-	v.dur("/server/read_header_timeout", &c.Server.ReadHeaderTimeout)
-	v.dur("/server/read_timeout", &c.Server.ReadTimeout)
-	v.dur("/server/write_timeout", &c.Server.WriteTimeout)
-	v.dur("/server/drain_delay", &c.Server.DrainDelay)
-	v.dur("/server/shutdown_timeout", &c.Server.ShutdownTimeout)
-	v.int("/server/max_header_bytes", &c.Server.MaxHeaderBytes)
-	v.int("/server/max_header_count", &c.Server.MaxHeaderCount)
+	c.Server, c.Upstream, c.Telemetry, c.Async, c.Admission = d.Server, d.Upstream, d.Telemetry, d.Async, d.Admission
+	s, sd := &c.Server, &f.Server
+	keep(&s.Listen, sd.Listen)
+	keep(&s.MaxRequestBodySize, sd.MaxRequestBodySize)
+	keep(&s.ReadHeaderTimeout, sd.ReadHeaderTimeout)
+	keep(&s.ReadTimeout, sd.ReadTimeout)
+	keep(&s.WriteTimeout, sd.WriteTimeout)
+	keep(&s.DrainDelay, sd.DrainDelay)
+	keep(&s.ShutdownTimeout, sd.ShutdownTimeout)
+	keep(&s.MaxHeaderBytes, sd.MaxHeaderBytes)
+	keep(&s.MaxHeaderCount, sd.MaxHeaderCount)
+	keep(&s.MetricsListen, sd.MetricsListen)
 	c.Trust = Trust{}
-	v.list("/trust/client_fields", &c.Trust.ClientFields)
-	v.list("/trust/owned_headers", &c.Trust.OwnedHeaders)
+	keep(&c.Trust.ClientFields, f.Trust.ClientFields)
+	keep(&c.Trust.OwnedHeaders, f.Trust.OwnedHeaders)
 
-	u := &c.Upstream
-	v.str("/upstream/mode", &u.Mode)
-	v.str("/upstream/gateway", &u.Gateway)
-	v.str("/upstream/render", &u.Render)
-	v.str("/upstream/picker", &u.Picker)
+	u, ud := &c.Upstream, &f.Upstream
+	keep(&u.Mode, ud.Mode)
+	keep(&u.Gateway, ud.Gateway)
+	keep(&u.Render, ud.Render)
+	keep(&u.Picker, ud.Picker)
+	keep(&u.Models, ud.Models)
 	// The roles' pools and the named ones (target rules choose those).
-	pools, _ := c.doc.Value("/upstream/pools")
-	poolMap, _ := pools.(map[string]any) // env overrides are in the value, not in Keys' index
-	for name := range poolMap {
-		r := upstream.Role(name)
-		if eps, ok := v.pool(schema.Ptr("/upstream/pools", name)); ok {
-			if u.Pools == nil {
-				u.Pools = map[upstream.Role][]upstream.Endpoint{}
-			}
-			u.Pools[r] = eps
+	for r, eps := range ud.Pools {
+		if u.Pools == nil {
+			u.Pools = map[upstream.Role][]upstream.Endpoint{}
+		}
+		u.Pools[r] = make([]upstream.Endpoint, len(eps))
+		for i, e := range eps {
+			u.Pools[r][i] = e.Endpoint
 		}
 	}
-	v.int("/upstream/health/failure_threshold", &u.FailureThreshold)
-	v.dur("/upstream/health/eject_for", &u.EjectFor)
-	v.dur("/upstream/connections/idle_timeout", &u.IdleConnTimeout)
-	v.int("/upstream/connections/max_idle_per_host", &u.MaxIdleConnsPerHost)
-	v.int("/upstream/connections/max_per_host", &u.MaxConnsPerHost)
-	v.int("/upstream/conditional_decode/short_prompt_tokens", &u.ShortPromptTokens)
-	v.int("/upstream/conditional_decode/prefix_block_tokens", &u.PrefixBlockTokens)
-	v.int("/upstream/conditional_decode/prefix_index_size", &u.PrefixIndexSize)
-	c.decodeOps(v)
+	keep(&u.FailureThreshold, ud.Health.FailureThreshold)
+	keep(&u.EjectFor, ud.Health.EjectFor)
+	keep(&u.IdleConnTimeout, ud.Connections.IdleTimeout)
+	keep(&u.MaxIdleConnsPerHost, ud.Connections.MaxIdlePerHost)
+	keep(&u.MaxConnsPerHost, ud.Connections.MaxPerHost)
+	keep(&u.ShortPromptTokens, ud.ConditionalDecode.ShortPromptTokens)
+	keep(&u.PrefixBlockTokens, ud.ConditionalDecode.PrefixBlockTokens)
+	keep(&u.PrefixIndexSize, ud.ConditionalDecode.PrefixIndexSize)
 	u.OwnedHeaders = c.Trust.OwnedHeaders
+	c.decodeTLS(f)
 
-	t := &c.Telemetry
-	v.str("/telemetry/log_level", &t.LogLevel)
-	v.str("/telemetry/log_format", &t.LogFormat)
-	v.bool("/telemetry/tracing/enabled", &t.Tracing.Enabled)
-	v.str("/telemetry/tracing/protocol", &t.Tracing.Protocol)
-	v.str("/telemetry/tracing/endpoint", &t.Tracing.Endpoint)
+	t, td := &c.Telemetry, &f.Telemetry
+	keep(&t.LogLevel, td.LogLevel)
+	keep(&t.LogFormat, td.LogFormat)
+	keep(&t.Tracing.Enabled, td.Tracing.Enabled)
+	keep(&t.Tracing.Protocol, td.Tracing.Protocol)
+	keep(&t.Tracing.Endpoint, td.Tracing.Endpoint)
 
-	c.decodeAsync(v)
-	c.decodeAdmission(v)
+	decodeAsync(&c.Async, &f.Async)
+	c.Admission = decodeAdmission(&f.Admission)
 
-	switch w, _ := c.doc.Value("/workflow"); w := w.(type) {
+	switch w := f.Workflow.V.(type) {
 	case string:
 		// A path in the file is relative to the file; one from the
 		// environment is relative to the working directory.
@@ -231,88 +305,4 @@ func (c *Config) decode() {
 	case map[string]any:
 		c.Workflow.Inline, _ = c.doc.Sub("/workflow")
 	}
-}
-
-// values reads typed leaves of a validated document.
-type values struct{ d *schema.Doc }
-
-func (v values) str(ptr string, dst *string) {
-	if x, ok := v.d.Value(ptr); ok {
-		*dst, _ = x.(string)
-	}
-}
-
-func (v values) int64(ptr string, dst *int64) {
-	if x, ok := v.d.Value(ptr); ok {
-		if n, ok := x.(json.Number); ok {
-			if i, err := n.Int64(); err == nil {
-				*dst = i
-			}
-		}
-	}
-}
-
-func (v values) int(ptr string, dst *int) {
-	var i int64
-	if _, ok := v.d.Value(ptr); ok {
-		v.int64(ptr, &i)
-		*dst = int(i)
-	}
-}
-
-func (v values) dur(ptr string, dst *time.Duration) {
-	if x, ok := v.d.Value(ptr); ok {
-		if s, ok := x.(string); ok {
-			if d, err := time.ParseDuration(s); err == nil {
-				*dst = d
-			}
-		}
-	}
-}
-
-func (v values) bool(ptr string, dst *bool) {
-	if x, ok := v.d.Value(ptr); ok {
-		*dst, _ = x.(bool)
-	}
-}
-
-// pool reads a list of endpoints: URL strings or {url, bootstrap_port}.
-func (v values) pool(ptr string) ([]upstream.Endpoint, bool) {
-	x, ok := v.d.Value(ptr)
-	if !ok {
-		return nil, false
-	}
-	items, _ := x.([]any)
-	eps := make([]upstream.Endpoint, 0, len(items))
-	for _, it := range items {
-		switch e := it.(type) {
-		case string:
-			eps = append(eps, upstream.Endpoint{URL: strings.TrimSpace(e)})
-		case map[string]any:
-			ep := upstream.Endpoint{}
-			ep.URL, _ = e["url"].(string)
-			if n, ok := e["bootstrap_port"].(json.Number); ok {
-				p, _ := n.Int64()
-				ep.BootstrapPort = int(p)
-			}
-			eps = append(eps, ep)
-		}
-	}
-	return eps, true
-}
-
-// list reads an array of strings.
-func (v values) list(ptr string, dst *[]string) {
-	x, ok := v.d.Value(ptr)
-	if !ok {
-		return
-	}
-	items, _ := x.([]any)
-	out := make([]string, 0, len(items))
-	for _, it := range items {
-		if s, ok := it.(string); ok {
-			out = append(out, s)
-		}
-	}
-	*dst = out
 }

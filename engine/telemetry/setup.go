@@ -165,6 +165,13 @@ func Setup(ctx context.Context, cfg Config) (shutdown func(context.Context) erro
 	return setup(ctx, cfg, os.Getenv)
 }
 
+// Check reports what Setup would refuse in cfg and the OTEL_* environment,
+// without installing anything (celflow validate --config, serve --check).
+func Check(cfg Config) error {
+	_, err := resolve(cfg, os.Getenv)
+	return err
+}
+
 func setup(ctx context.Context, cfg Config, getenv func(string) string) (func(context.Context) error, error) {
 	noop := func(context.Context) error { return nil }
 	s, err := resolve(cfg, getenv)

@@ -78,7 +78,7 @@ func newClient(cfg Config) (*Client, error) {
 	}
 	if cfg.TLS.Configured() {
 		if c.tls, err = tlsfiles.NewClient(cfg.TLS); err != nil {
-			return nil, prefixKeys("tls", err)
+			return nil, tlsErrors(err)
 		}
 		c.rt.DialTLSContext = c.tls.DialTLS(c.rt.DialContext)
 	}

@@ -3,7 +3,6 @@ package upstream
 import (
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/celflow/celflow/engine/tlsfiles"
@@ -36,18 +35,26 @@ func (c *Client) TLSClientLeaf() *x509.Certificate {
 // TLSInsecure reports upstream.tls.insecure_skip_verify (the caller logs it).
 func (c *Client) TLSInsecure() bool { return c.impl.cfg.TLS.InsecureSkipVerify }
 
-// prefixKeys turns tlsfiles' "key: message" errors into
-// "upstream.<section>.key: message" lines, as withDefaults reports; an
-// error without a key (a file that does not load) names the section.
-func prefixKeys(section string, err error) error {
-	var lines []string
-	for _, l := range strings.Split(err.Error(), "\n") {
-		key, msg, ok := strings.Cut(l, ": ")
+// tlsErrors turns tlsfiles' errors into *FieldError values as withDefaults
+// reports them: a "key: message" check at upstream.tls.key; a file that
+// does not load at the section (its message names the file).
+func tlsErrors(err error) error {
+	var errs []error
+	for _, e := range unjoin(err) {
+		key, msg, ok := strings.Cut(e.Error(), ": ")
 		if ok && !strings.ContainsAny(key, " /.") {
-			lines = append(lines, fmt.Sprintf("upstream.%s.%s: %s", section, key, msg))
+			errs = append(errs, &FieldError{Key: "tls." + key, Ptr: "/tls/" + key, Msg: msg})
 		} else {
-			lines = append(lines, fmt.Sprintf("upstream.%s: %s", section, l))
+			errs = append(errs, &FieldError{Key: "tls", Ptr: "/tls", Msg: e.Error()})
 		}
 	}
-	return errors.New(strings.Join(lines, "\n"))
+	return errors.Join(errs...)
+}
+
+// unjoin lists the errors errors.Join joined (err itself otherwise).
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
