@@ -36,7 +36,7 @@ func TestVersionStamped(t *testing.T) {
 		}
 	}
 
-	out, err := exec.Command(bin, "validate", "--format", "sarif", validEPD).Output()
+	out, err := exec.Command(bin, "validate", "--format", "sarif", "../../workflows/epd.yaml").Output()
 	if err != nil {
 		t.Fatalf("validate --format sarif: %v\n%s", err, out)
 	}
