@@ -42,7 +42,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	out := fs.String("out", "docs/benchmarks.md", "the Markdown report to write")
-	bin := fs.String("bin", "", "celflow binary whose `celflow serve` is measured (default: celflow beside this executable, else on PATH)")
+	bin := fs.String("bin", "", "celflow binary whose serve is measured (default: the celflow beside this executable, else celflow on PATH)")
 	tools := fs.String("tools-bin", "", "celflow-bench binary that runs the worker and proxy children (default: this executable)")
 	dur := fs.Duration("duration", 5*time.Second, "measured time per cell")
 	warm := fs.Duration("warmup", 1500*time.Millisecond, "warm-up per cell, not recorded")
