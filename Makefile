@@ -1,16 +1,25 @@
 # celflow — see README.md. Every target works on a fresh machine with Go on PATH.
 GO      ?= go
 BIN     := bin/celflow
+# The tools are binaries of their own so that the serving binary carries none of them.
+SIM_BIN   := bin/celflow-sim
+BENCH_BIN := bin/celflow-bench
+DEMO_BIN  := bin/celflow-demo
+CMDS    := ./cmd/celflow ./cmd/celflow-sim ./cmd/celflow-bench ./cmd/celflow-demo
 PKGS    := ./...
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# -X main.version stamps every command's main.version: `celflow --version`, celflow_build_info
+# and SARIF's driver version report it (cmd/internal/buildversion).
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
 .PHONY: build test test-race test-unit test-e2e lint validate bench bench-go demo trace-demo clean fuzz fuzz-short
 
+## build: bin/celflow (the serving binary) and the tools bin/celflow-sim, bin/celflow-bench,
+## bin/celflow-demo, in one go build.
 build: $(BIN)
 
-$(BIN): FORCE
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/celflow
+$(BIN) $(SIM_BIN) $(BENCH_BIN) $(DEMO_BIN): FORCE
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ $(CMDS)
 FORCE:
 
 ## test: lint, unit tests (which replay every committed fuzz input in testdata/fuzz as a
@@ -25,11 +34,14 @@ test-race:
 test-unit:
 	$(GO) test -count=1 $(PKGS)
 
-## test-e2e: the built binary as coordinator and simulators, driven by real OpenAI clients
-## (openai-go, and the npm openai package when testdata/e2e/node/node_modules exists).
+## test-e2e: the built binaries (celflow as coordinator, celflow-sim as workers and gateway),
+## driven by real OpenAI clients (openai-go, and the npm openai package when
+## testdata/e2e/node/node_modules exists); then the quick benchmark (celflow-bench).
+E2E_ENV := CELFLOW_BIN=$(CURDIR)/$(BIN) CELFLOW_SIM_BIN=$(CURDIR)/$(SIM_BIN) \
+	CELFLOW_BENCH_BIN=$(CURDIR)/$(BENCH_BIN) CELFLOW_DEMO_BIN=$(CURDIR)/$(DEMO_BIN)
 test-e2e: build
-	CELFLOW_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -tags e2e ./cmd/celflow/e2e/...
-	CELFLOW_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -run QuickBench ./cmd/internal/bench
+	$(E2E_ENV) $(GO) test -count=1 -tags e2e ./cmd/celflow/e2e/...
+	$(E2E_ENV) $(GO) test -count=1 -run QuickBench ./cmd/internal/bench
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -45,15 +57,15 @@ bench-go:
 
 ## bench runs the Go micro-benchmarks itself and writes them into the same report.
 bench: build
-	$(BIN) bench --out docs/benchmarks.md
+	$(BENCH_BIN) --bin $(BIN) --out docs/benchmarks.md
 
 ## demo: simulated workers + celflow on loopback, four requests through the E/P/D workflow.
 demo: build
-	$(BIN) demo
+	$(DEMO_BIN)
 
 ## trace-demo: the demo with tracing on. Builds Jaeger once (.ci/jaeger.sh, cached), starts it
 ## with .ci/jaeger-config.yaml on its default loopback ports (JAEGER_*_PORT move them), runs
-## `celflow demo` exporting to it, and prints how to read the traces back from the query API.
+## bin/celflow-demo exporting to it, and prints how to read the traces back from the query API.
 ## From a terminal Jaeger stays up until Enter or Ctrl-C; otherwise it stops at once.
 trace-demo: build
 	@set -eu; \
@@ -70,7 +82,7 @@ trace-demo: build
 	  sleep 0.1; \
 	done; \
 	echo "jaeger: OTLP $$otlp, query API $$query (in-memory store)"; \
-	OTEL_EXPORTER_OTLP_ENDPOINT=$$otlp OTEL_SERVICE_NAME=celflow $(BIN) demo | tee "$$out"; \
+	OTEL_EXPORTER_OTLP_ENDPOINT=$$otlp OTEL_SERVICE_NAME=celflow $(DEMO_BIN) | tee "$$out"; \
 	sleep 0.5; \
 	echo; echo "Traces in Jaeger (spans per trace, from the query API):"; \
 	for id in $$(sed -n 's/^   trace: \([0-9a-f]*\)$$/\1/p' "$$out"); do \

@@ -5,13 +5,14 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/celflow/celflow/cmd/internal/sim"
 )
 
-// runSimAsync starts `celflow sim` args in-process and returns the URL from
+// runSimAsync starts a simulator (celflow-sim's command line, args) in-process and returns the URL from
 // its first stdout line; the returned func stops it and yields the exit code.
 func runSimAsync(t *testing.T, args ...string) (string, func() int) {
 	t.Helper()
@@ -20,7 +21,7 @@ func runSimAsync(t *testing.T, args ...string) (string, func() int) {
 	var stderr bytes.Buffer
 	code := make(chan int, 1)
 	go func() {
-		code <- runSim(ctx, args, pw, &stderr)
+		code <- sim.Main(ctx, args, pw, &stderr)
 		pw.Close()
 	}()
 	lines := make(chan string, 1)
@@ -42,45 +43,4 @@ func runSimAsync(t *testing.T, args ...string) (string, func() int) {
 		t.Fatal("no listening line within 10s")
 	}
 	return "", nil
-}
-
-// `celflow sim` prints its address first, serves its roles and exits 0 when
-// stopped; `celflow sim gateway` routes to it.
-func TestSimCommand(t *testing.T) {
-	worker, stopW := runSimAsync(t, "--listen", "127.0.0.1:0", "--roles", "decode", "--name", "w1", "--fault", "decode:status=503,times=1")
-	gw, stopG := runSimAsync(t, "gateway", "--listen", "127.0.0.1:0", "--decode", worker)
-	for i, want := range []int{503, 200} {
-		req, _ := http.NewRequest(http.MethodPost, gw+"/v1/completions", strings.NewReader(`{"prompt":"hi","max_tokens":1}`))
-		req.Header.Set("EPP-Profile", "decode")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != want {
-			t.Errorf("request %d: %d, want %d", i, resp.StatusCode, want)
-		}
-	}
-	if c := stopG(); c != 0 {
-		t.Errorf("gateway exit %d", c)
-	}
-	if c := stopW(); c != 0 {
-		t.Errorf("worker exit %d", c)
-	}
-}
-
-func TestSimCommandFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"--roles", "render,cook"}, {"--fault", "explode"}, {"stray"}, {"--ttft", "-1s"},
-		{"gateway", "--decode", "ftp://x"}, {"gateway", "--bogus"},
-	} {
-		var out, errb bytes.Buffer
-		if code := runSim(context.Background(), args, &out, &errb); code != 2 {
-			t.Errorf("%v: exit %d, want 2 (stderr %q)", args, code, errb.String())
-		}
-	}
-	var out, errb bytes.Buffer
-	if code := runSim(context.Background(), []string{"--listen", "256.0.0.1:0"}, &out, &errb); code != 1 {
-		t.Errorf("bad listen address: exit %d", code)
-	}
 }

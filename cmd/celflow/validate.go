@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"strings"
 
@@ -99,7 +98,7 @@ func runValidateIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int
 	case "github":
 		fmt.Fprint(stdout, all.GitHub())
 	case "sarif":
-		fmt.Fprintln(stdout, string(all.SARIF(buildVersion())))
+		fmt.Fprintln(stdout, string(all.SARIF(celflowVersion())))
 	default:
 		fmt.Fprint(stdout, all.Pretty())
 	}
@@ -177,13 +176,4 @@ func validateInput(path string, stdin io.Reader, tests bool) (schema.Diagnostics
 		summary += fmt.Sprintf(", %d warning(s)", n)
 	}
 	return ds, summary
-}
-
-// buildVersion is the module version celflow was built from ("dev" for a
-// source build), reported in SARIF's tool.driver.version.
-func buildVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
 }

@@ -12,9 +12,12 @@ import (
 // build, test and demo tooling reads them (docs/configuration.md). Every
 // other CELFLOW_* variable must name a key.
 var ToolEnv = []string{
+	"CELFLOW_BENCH_BIN",        // tests: the built celflow-bench binary
 	"CELFLOW_BIN",              // tests: the built binary
 	"CELFLOW_CACHE",            // .ci/run: where tools are cached
+	"CELFLOW_DEMO_BIN",         // tests: the built celflow-demo binary
 	"CELFLOW_DEMO_TRACE_CHILD", // demo: internal re-exec marker
+	"CELFLOW_SIM_BIN",          // tests: the built celflow-sim binary
 	"CELFLOW_TEST_HELPER",      // tests: internal re-exec marker
 	"CELFLOW_UPDATE_MEDIA",     // tests: regenerate media goldens
 	"CELFLOW_URL",              // e2e node client: where celflow listens

@@ -56,7 +56,7 @@ type Metrics struct {
 }
 
 // New builds the registry with celflow's series, the Go runtime and the
-// process collectors. build_info carries the main module's version until
+// process collectors. build_info carries Version (see mainVersion) until
 // SetBuildInfo replaces it.
 func New() *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
@@ -112,8 +112,18 @@ func New() *Metrics {
 	return m
 }
 
-// mainVersion is the main module's version from the build, or "dev".
+// Version is the celflow version that New puts in celflow_build_info. The
+// celflow binary's main sets it once, before serving, to the version the
+// Makefile stamped into it (cmd/internal/buildversion); it is the same for
+// every registry of the process, so a package variable is no per-generation
+// state. Empty: the main module's version from the build, or "dev".
+var Version string
+
+// mainVersion is Version, else the main module's version from the build, else "dev".
 func mainVersion() string {
+	if Version != "" {
+		return Version
+	}
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
 	}

@@ -168,3 +168,17 @@ func TestHandlerOpenMetrics(t *testing.T) {
 		t.Errorf("%d %q", rec.Code, rec.Header().Get("Content-Type"))
 	}
 }
+
+// New labels build_info with Version, which the celflow binary's main sets
+// to the version the Makefile stamped; unset, it falls back to the build's
+// module version or "dev".
+func TestBuildInfoVersion(t *testing.T) {
+	old := Version
+	t.Cleanup(func() { Version = old })
+	Version = "vTEST"
+	find(t, scrape(t, New()), "celflow_build_info", map[string]string{"version": "vTEST"})
+	Version = ""
+	if v := mainVersion(); v == "" || v == "vTEST" {
+		t.Errorf("unset Version: build_info version %q", v)
+	}
+}

@@ -5,7 +5,7 @@
 // from Jaeger's query API. Run with:
 //
 //	JAEGER_BIN=$(bash .ci/jaeger.sh) CELFLOW_BIN=$PWD/bin/celflow \
-//	  sh -c 'cd .ci/tools && go test -count=1 -tags jaeger ./...'
+//	  CELFLOW_SIM_BIN=$PWD/bin/celflow-sim sh -c 'cd .ci/tools && go test -count=1 -tags jaeger ./...'
 
 package jaegertest_test
 
@@ -39,14 +39,14 @@ const serverSpan = "POST /v1/chat/completions"
 // skipped spans, reason "ended".
 // ACCEPTANCE 51
 func TestCelflowTrace(t *testing.T) {
-	jaegerBin, celflowBin := os.Getenv("JAEGER_BIN"), os.Getenv("CELFLOW_BIN")
-	if jaegerBin == "" || celflowBin == "" {
-		t.Skip("JAEGER_BIN and CELFLOW_BIN must name the jaeger and celflow binaries " +
-			"(JAEGER_BIN=$(bash .ci/jaeger.sh), CELFLOW_BIN=$PWD/bin/celflow after make build)")
+	jaegerBin, celflowBin, simBin := os.Getenv("JAEGER_BIN"), os.Getenv("CELFLOW_BIN"), os.Getenv("CELFLOW_SIM_BIN")
+	if jaegerBin == "" || celflowBin == "" || simBin == "" {
+		t.Skip("JAEGER_BIN, CELFLOW_BIN and CELFLOW_SIM_BIN must name the jaeger, celflow and celflow-sim binaries " +
+			"(JAEGER_BIN=$(bash .ci/jaeger.sh), CELFLOW_BIN=$PWD/bin/celflow, CELFLOW_SIM_BIN=$PWD/bin/celflow-sim after make build)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	st := startStack(t, ctx, jaegerBin, celflowBin)
+	st := startStack(t, ctx, jaegerBin, celflowBin, simBin)
 
 	body, err := json.Marshal(map[string]any{
 		"model": "sim-model", "max_tokens": 8,

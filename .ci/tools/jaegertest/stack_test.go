@@ -52,7 +52,7 @@ func repoRoot() string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
 }
 
-func startStack(t *testing.T, ctx context.Context, jaegerBin, celflowBin string) *stack {
+func startStack(t *testing.T, ctx context.Context, jaegerBin, celflowBin, simBin string) *stack {
 	t.Helper()
 	opts := jaegertest.Options{Bin: jaegerBin}
 	if testing.Verbose() {
@@ -73,10 +73,10 @@ func startStack(t *testing.T, ctx context.Context, jaegerBin, celflowBin string)
 	st := &stack{t: t, jaeger: j, workers: map[string]string{}}
 	dir := t.TempDir()
 	for _, r := range roles {
-		st.workers[r] = startSim(t, celflowBin, r, "sim", "--listen", "127.0.0.1:0", "--roles", r, "--name", r,
+		st.workers[r] = startSim(t, simBin, r, "--listen", "127.0.0.1:0", "--roles", r, "--name", r,
 			"--shared-dir", filepath.Join(dir, "kv"))
 	}
-	st.gateway = startSim(t, celflowBin, "gateway", "sim", "gateway", "--listen", "127.0.0.1:0",
+	st.gateway = startSim(t, simBin, "gateway", "gateway", "--listen", "127.0.0.1:0",
 		"--encode", st.workers["encode"], "--prefill", st.workers["prefill"], "--decode", st.workers["decode"])
 
 	// The shipped workflow, unedited; the render address comes from the
@@ -111,7 +111,7 @@ workflow: %s
 	return st
 }
 
-// startSim starts one `celflow sim` (or `sim gateway`) and returns its URL.
+// startSim starts one celflow-sim (or `celflow-sim gateway`) and returns its URL.
 func startSim(t *testing.T, bin, name string, args ...string) string {
 	t.Helper()
 	u, err := startProc(t, name, bin, nil, args...).waitLine(listeningRe, 10*time.Second)

@@ -23,7 +23,7 @@ import (
 
 // Crash safety of the builtin async back end: two `celflow serve`
 // replicas share one real redis-server; 500 requests are enqueued through
-// the E/P/D workflow (epd-async.yaml) on `celflow sim` workers; one replica
+// the E/P/D workflow (epd-async.yaml) on celflow-sim workers; one replica
 // is killed with SIGKILL part way. Every request ends with exactly one
 // visible result, all fetched; the killed replica's claims are redelivered
 // to the survivor (lease 1 s).
@@ -37,7 +37,7 @@ func TestAsyncTwoReplicasOneKilled(t *testing.T) {
 	dir := t.TempDir()
 	workers := map[string]*simProc{}
 	for _, r := range roles {
-		workers[r] = startSim(t, r, "sim", "--listen", "127.0.0.1:0", "--roles", r, "--name", r,
+		workers[r] = startSim(t, r, "--listen", "127.0.0.1:0", "--roles", r, "--name", r,
 			"--shared-dir", filepath.Join(dir, "kv"), "--ttft", "50ms", "--records", "4096")
 	}
 	wf, err := demo.Workflow("epd-async.yaml", demo.Overrides{RenderAddress: workers["render"].url, AllowLoopback: true})

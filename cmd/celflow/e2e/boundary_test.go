@@ -17,7 +17,7 @@ import (
 )
 
 // The trust boundary (docs/threat-model.md, issue 10), tried as an attacker
-// would against real `celflow sim` workers in direct and gateway mode, on
+// would against real celflow-sim workers in direct and gateway mode, on
 // chat, completions and generate: no worker ever receives a transfer host,
 // bootstrap field, header naming a phase or an endpoint, or cache key that
 // the client chose.

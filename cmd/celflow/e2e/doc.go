@@ -1,8 +1,9 @@
 // Package e2e is celflow's end-to-end suite (build tag e2e; `make test-e2e`).
-// It runs real processes on 127.0.0.1: the built celflow binary (CELFLOW_BIN,
-// or one built into a temporary directory when unset) as simulated vLLM
-// workers (`celflow sim`), as the Inference Gateway stand-in (`celflow sim
-// gateway`) and as the coordinator (`celflow serve --config`), plus a media
+// It runs real processes on 127.0.0.1: the built celflow-sim binary
+// (CELFLOW_SIM_BIN) as simulated vLLM workers and as the Inference Gateway
+// stand-in (`celflow-sim gateway`), the built celflow binary (CELFLOW_BIN)
+// as the coordinator (`celflow serve --config`), each built into a
+// temporary directory when its variable is unset, plus a media
 // server in the test process. Requests are sent with openai-go
 // (WithMaxRetries(0)); every leg is asserted through the simulators'
 // records (GET /sim/records), so a regression in any leg's path, headers or

@@ -10,33 +10,50 @@ import (
 	"testing"
 )
 
-// bin is the celflow binary under test.
-var bin string
+// bin is the celflow binary under test; simBin the celflow-sim binary that
+// plays the workers and the gateway.
+var bin, simBin string
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
-	bin = os.Getenv("CELFLOW_BIN")
-	if bin == "" {
-		// `go test -tags e2e ./cmd/celflow/e2e` without make: build one.
-		dir, err := os.MkdirTemp("", "celflow-e2e-bin")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
+	var tmp string
+	defer func() {
+		if tmp != "" {
+			os.RemoveAll(tmp)
 		}
-		defer os.RemoveAll(dir)
-		bin = filepath.Join(dir, "celflow")
-		cmd := exec.Command("go", "build", "-o", bin, "github.com/celflow/celflow/cmd/celflow")
+	}()
+	// resolve is env's binary, or (`go test -tags e2e ./cmd/celflow/e2e`
+	// without make) one built from pkg into a temporary directory.
+	resolve := func(env, name, pkg string) (string, error) {
+		if p := os.Getenv(env); p != "" {
+			if _, err := os.Stat(p); err != nil {
+				return "", fmt.Errorf("%s: %w", env, err)
+			}
+			return p, nil
+		}
+		if tmp == "" {
+			var err error
+			if tmp, err = os.MkdirTemp("", "celflow-e2e-bin"); err != nil {
+				return "", err
+			}
+		}
+		p := filepath.Join(tmp, name)
+		cmd := exec.Command("go", "build", "-o", p, pkg)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "building celflow: %v\n", err)
-			return 1
+			return "", fmt.Errorf("building %s: %w", name, err)
 		}
+		return p, nil
 	}
-	if _, err := os.Stat(bin); err != nil {
-		fmt.Fprintf(os.Stderr, "CELFLOW_BIN: %v\n", err)
+	var err error
+	if bin, err = resolve("CELFLOW_BIN", "celflow", "github.com/celflow/celflow/cmd/celflow"); err == nil {
+		simBin, err = resolve("CELFLOW_SIM_BIN", "celflow-sim", "github.com/celflow/celflow/cmd/celflow-sim")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return m.Run()

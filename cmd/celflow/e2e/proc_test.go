@@ -37,6 +37,12 @@ func startProc(t *testing.T, name string, args ...string) *proc {
 	return startCmd(t, name, exec.Command(bin, args...))
 }
 
+// startSimProc starts the celflow-sim binary with args.
+func startSimProc(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	return startCmd(t, name, exec.Command(simBin, args...))
+}
+
 func startCmd(t *testing.T, name string, cmd *exec.Cmd) *proc {
 	t.Helper()
 	if cmd.Env == nil {

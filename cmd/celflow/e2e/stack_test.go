@@ -26,7 +26,7 @@ import (
 var roles = []string{"render", "encode", "prefill", "decode"}
 
 type stackOpts struct {
-	gateway  bool                      // legs through `celflow sim gateway`
+	gateway  bool                      // legs through `celflow-sim gateway`
 	workflow string                    // shipped workflow file; default epd.yaml
 	params   map[string]map[string]any // node params to override, by node id
 	server   map[string]string         // server: keys of the serve config
@@ -67,7 +67,7 @@ func startStack(t *testing.T, o stackOpts) *stack {
 	}
 	st := &stack{t: t, workers: map[string]*simProc{}, dir: t.TempDir(), workflow: o.workflow}
 	for _, r := range roles {
-		args := append([]string{"sim", "--listen", "127.0.0.1:0", "--roles", r, "--name", r,
+		args := append([]string{"--listen", "127.0.0.1:0", "--roles", r, "--name", r,
 			"--shared-dir", filepath.Join(st.dir, "kv")}, o.simArgs...)
 		st.workers[r] = startSim(t, r, args...)
 	}
@@ -79,7 +79,7 @@ func startStack(t *testing.T, o stackOpts) *stack {
 	up := fmt.Sprintf("  mode: direct\n  pools:\n    encode: [%s]\n    prefill: [{url: %s, bootstrap_port: %s}]\n    decode: [%s]\n",
 		st.workers["encode"].url, st.workers["prefill"].url, st.workers["prefill"].port, st.workers["decode"].url)
 	if o.gateway {
-		st.gateway = startSim(t, "gateway", "sim", "gateway", "--listen", "127.0.0.1:0",
+		st.gateway = startSim(t, "gateway", "gateway", "--listen", "127.0.0.1:0",
 			"--encode", st.workers["encode"].url, "--prefill", st.workers["prefill"].url, "--decode", st.workers["decode"].url)
 		up = fmt.Sprintf("  mode: gateway\n  gateway: %s\n", st.gateway.url)
 	}
@@ -116,9 +116,10 @@ func startStack(t *testing.T, o stackOpts) *stack {
 	return st
 }
 
+// startSim starts one celflow-sim (args) and waits for its address.
 func startSim(t *testing.T, name string, args ...string) *simProc {
 	t.Helper()
-	p := startProc(t, name, args...)
+	p := startSimProc(t, name, args...)
 	u, err := p.waitLine(listeningRe, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)

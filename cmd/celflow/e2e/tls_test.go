@@ -27,10 +27,10 @@ import (
 
 var listeningTLSRe = regexp.MustCompile(`^out: listening on (https://127\.0\.0\.1:\d+)$`)
 
-// startTLSSim starts `celflow sim` (or `celflow sim gateway`) serving TLS.
+// startTLSSim starts celflow-sim (or `celflow-sim gateway`) serving TLS.
 func startTLSSim(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
-	p := startProc(t, name, args...)
+	p := startSimProc(t, name, args...)
 	if _, err := p.waitLine(listeningTLSRe, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -116,8 +116,8 @@ func modelIDs(t *testing.T, c *openai.Client) ([]string, error) {
 }
 
 // TLS on every hop with real processes: the OpenAI SDK → celflow (TLS,
-// HTTP/2) → https `celflow sim` workers, directly and through an https
-// `celflow sim gateway`. GET /v1/models lists the workers' models with a
+// HTTP/2) → https celflow-sim workers, directly and through an https
+// `celflow-sim gateway`. GET /v1/models lists the workers' models with a
 // worker down in both modes, and is 503 models_unavailable once all are.
 func TestTLSEveryHopAndModels(t *testing.T) {
 	dir := t.TempDir()
@@ -127,7 +127,7 @@ func TestTLSEveryHopAndModels(t *testing.T) {
 	sim := ca.Server(t, "127.0.0.1").Write(t, dir, "sim")
 
 	worker := func(name, model string) *proc {
-		return startTLSSim(t, name, "sim", "--listen", "127.0.0.1:0", "--roles", "decode", "--name", name, "--model", model,
+		return startTLSSim(t, name, "--listen", "127.0.0.1:0", "--roles", "decode", "--name", name, "--model", model,
 			"--tls-cert", sim.Cert, "--tls-key", sim.Key)
 	}
 	w1, w2 := worker("w1", "alpha"), worker("w2", "beta")
@@ -149,7 +149,7 @@ func TestTLSEveryHopAndModels(t *testing.T) {
 	}
 
 	// Gateway mode: an https gateway whose first decode member is down.
-	gw := startTLSSim(t, "gateway", "sim", "gateway", "--listen", "127.0.0.1:0", "--decode", down+","+u2,
+	gw := startTLSSim(t, "gateway", "gateway", "--listen", "127.0.0.1:0", "--decode", down+","+u2,
 		"--tls-cert", sim.Cert, "--tls-key", sim.Key, "--upstream-ca", filepath.Join(dir, "ca.pem"))
 	viaGW, gwURL := startTLSCelflow(t, "celflow-gateway", dir, fmt.Sprintf("  gateway: %q\n", simURL(t, gw)))
 	ids, err = modelIDs(t, openaiTLS(gwURL, ca))
@@ -183,7 +183,7 @@ func TestTLSRotationUnderLoadE2E(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "ca.pem"), ca.PEM)
 	sim := ca.Server(t, "127.0.0.1").Write(t, dir, "sim")
 	sec := tlstest.NewSecret(t, dir, ca.Server(t, "127.0.0.1"))
-	w := startTLSSim(t, "w", "sim", "--listen", "127.0.0.1:0", "--roles", "decode", "--tls-cert", sim.Cert, "--tls-key", sim.Key)
+	w := startTLSSim(t, "w", "--listen", "127.0.0.1:0", "--roles", "decode", "--tls-cert", sim.Cert, "--tls-key", sim.Key)
 	cel, base := startTLSCelflowWith(t, "celflow", dir, fmt.Sprintf("  pools: {decode: [%q]}\n", simURL(t, w)),
 		`{cert_file: tls.crt, key_file: tls.key, reload_interval: 20ms}`)
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// TestWorkerDecided runs pd-worker-decided.yaml against `celflow sim`
+// TestWorkerDecided runs pd-worker-decided.yaml against celflow-sim
 // workers in direct mode, without render (issue 12): for chat and
 // completions, streaming and not, a first request is a cache_threshold
 // miss on the decode worker (never relayed) and takes prefill then decode;

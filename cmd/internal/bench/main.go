@@ -10,15 +10,17 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
 
-// Main is `celflow bench [flags]` and its helper subcommands `worker`,
-// `proxy` and `load`. Exit codes: 0 done, 1 a run failed, 2 bad usage.
+// Main is the celflow-bench command line: `celflow-bench [flags]` and its
+// helper subcommands `worker`, `proxy` and `load`. Exit codes: 0 done, 1 a run failed, 2 bad usage.
 func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		switch args[0] {
@@ -30,17 +32,18 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			return mainLoad(args[1:], stdout, stderr)
 		}
 	}
-	fs := flag.NewFlagSet("celflow bench", flag.ContinueOnError)
+	fs := flag.NewFlagSet("celflow-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: celflow bench [flags]            the load benchmark; writes --out")
-		fmt.Fprintln(stderr, "       celflow bench worker --listen ADDR [--chunks N] [--gap D]")
-		fmt.Fprintln(stderr, "       celflow bench proxy --listen ADDR --to URL")
-		fmt.Fprintln(stderr, "       celflow bench load --url URL [--conc N] [--duration D] [--body small|200KB|stream]")
+		fmt.Fprintln(stderr, "usage: celflow-bench [flags]            the load benchmark; writes --out")
+		fmt.Fprintln(stderr, "       celflow-bench worker --listen ADDR [--chunks N] [--gap D]")
+		fmt.Fprintln(stderr, "       celflow-bench proxy --listen ADDR --to URL")
+		fmt.Fprintln(stderr, "       celflow-bench load --url URL [--conc N] [--duration D] [--body small|200KB|stream]")
 		fs.PrintDefaults()
 	}
 	out := fs.String("out", "docs/benchmarks.md", "the Markdown report to write")
-	bin := fs.String("bin", "", "celflow binary the children run (default: this executable)")
+	bin := fs.String("bin", "", "celflow binary whose serve is measured (default: the celflow beside this executable, else celflow on PATH)")
+	tools := fs.String("tools-bin", "", "celflow-bench binary that runs the worker and proxy children (default: this executable)")
 	dur := fs.Duration("duration", 5*time.Second, "measured time per cell")
 	warm := fs.Duration("warmup", 1500*time.Millisecond, "warm-up per cell, not recorded")
 	conc := fs.String("conc", "1,16,64", "closed-loop concurrencies")
@@ -58,34 +61,40 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "celflow bench: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "celflow-bench: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	o := Options{Bin: *bin, Warmup: *warm, Duration: *dur, Chunks: *chunks, Gap: *gap, Rounds: *rounds, Progress: stderr}
+	o := Options{Bin: *bin, Tools: *tools, Warmup: *warm, Duration: *dur, Chunks: *chunks, Gap: *gap, Rounds: *rounds, Progress: stderr}
 	var err error
 	if o.Conc, err = parseInts(*conc); err == nil {
 		o.StreamConc, err = parseInts(*sconc)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "celflow bench: %v\n", err)
+		fmt.Fprintf(stderr, "celflow-bench: %v\n", err)
 		return 2
 	}
 	if *rounds < 1 || *rounds > 100 {
-		fmt.Fprintf(stderr, "celflow bench: --rounds %d: want 1..100\n", *rounds)
+		fmt.Fprintf(stderr, "celflow-bench: --rounds %d: want 1..100\n", *rounds)
 		return 2
 	}
 	if *quick {
 		o.Warmup, o.Duration, o.Conc, o.StreamConc, o.Chunks, o.Rounds = 100*time.Millisecond, 400*time.Millisecond, []int{1, 16}, []int{1}, 5, 1
 	}
+	if o.Tools == "" {
+		if o.Tools, err = os.Executable(); err != nil {
+			fmt.Fprintf(stderr, "celflow-bench: %v\n", err)
+			return 1
+		}
+	}
 	if o.Bin == "" {
-		if o.Bin, err = os.Executable(); err != nil {
-			fmt.Fprintf(stderr, "celflow bench: %v\n", err)
+		if o.Bin, err = celflowBeside(o.Tools); err != nil {
+			fmt.Fprintf(stderr, "celflow-bench: %v\n", err)
 			return 1
 		}
 	}
 	runGo := *goBench == "on" || (*goBench == "auto" && !*quick)
 	if *goBench != "on" && *goBench != "off" && *goBench != "auto" {
-		fmt.Fprintf(stderr, "celflow bench: --go-bench %q: want auto, on or off\n", *goBench)
+		fmt.Fprintf(stderr, "celflow-bench: --go-bench %q: want auto, on or off\n", *goBench)
 		return 2
 	}
 
@@ -95,11 +104,25 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return runOnly(ctx, o, *only, stdout, stderr)
 	}
 	if err := Run(ctx, o, *out, runGo); err != nil {
-		fmt.Fprintf(stderr, "celflow bench: %v\n", err)
+		fmt.Fprintf(stderr, "celflow-bench: %v\n", err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "wrote %s\n", *out)
 	return 0
+}
+
+// celflowBeside finds the celflow binary a benchmark measures: the one in
+// the same directory as tools (make build puts both in bin/), else celflow
+// on PATH.
+func celflowBeside(tools string) (string, error) {
+	sib := filepath.Join(filepath.Dir(tools), "celflow")
+	if fi, err := os.Stat(sib); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+		return sib, nil
+	}
+	if p, err := exec.LookPath("celflow"); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("no celflow binary beside %s nor on PATH: build it (make build) or name it with --bin", tools)
 }
 
 func parseInts(s string) ([]int, error) {
@@ -115,7 +138,7 @@ func parseInts(s string) ([]int, error) {
 }
 
 func mainWorker(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("celflow bench worker", flag.ContinueOnError)
+	fs := flag.NewFlagSet("celflow-bench worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
 	chunks := fs.Int("chunks", 20, "SSE events per streamed reply")
@@ -125,11 +148,11 @@ func mainWorker(args []string, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *slots < 0 {
 		return 2
 	}
-	return serve("celflow bench worker", *listen, NewWorker(*chunks, *gap, *service, *slots), stderr)
+	return serve("celflow-bench worker", *listen, NewWorker(*chunks, *gap, *service, *slots), stderr)
 }
 
 func mainProxy(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("celflow bench proxy", flag.ContinueOnError)
+	fs := flag.NewFlagSet("celflow-bench proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on")
 	to := fs.String("to", "", "base URL of the upstream")
@@ -138,10 +161,10 @@ func mainProxy(args []string, stderr io.Writer) int {
 	}
 	u, err := url.Parse(*to)
 	if err != nil || u.Scheme == "" || u.Host == "" {
-		fmt.Fprintf(stderr, "celflow bench proxy: --to %q: want a base URL such as http://127.0.0.1:8000\n", *to)
+		fmt.Fprintf(stderr, "celflow-bench proxy: --to %q: want a base URL such as http://127.0.0.1:8000\n", *to)
 		return 2
 	}
-	return serve("celflow bench proxy", *listen, NewProxy(u), stderr)
+	return serve("celflow-bench proxy", *listen, NewProxy(u), stderr)
 }
 
 // serve runs h until SIGINT or SIGTERM; it prints the bound address on
@@ -172,7 +195,7 @@ func serve(name, listen string, h http.Handler, stderr io.Writer) int {
 // mainLoad drives one URL with the benchmark's load generator and prints
 // what it measured: for ad hoc comparisons (another worker, another proxy).
 func mainLoad(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("celflow bench load", flag.ContinueOnError)
+	fs := flag.NewFlagSet("celflow-bench load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	u := fs.String("url", "", "full URL to POST to, e.g. http://127.0.0.1:8000/v1/chat/completions")
 	conc := fs.Int("conc", 16, "closed-loop concurrency")
@@ -190,7 +213,7 @@ func mainLoad(args []string, stdout, stderr io.Writer) int {
 		l.Header = sseAccept
 		res, err := StreamLoad{Load: l}.Run(ctx)
 		if err != nil {
-			fmt.Fprintf(stderr, "celflow bench load: %v\n", err)
+			fmt.Fprintf(stderr, "celflow-bench load: %v\n", err)
 			return 1
 		}
 		fmt.Fprintf(stdout, "%d streams, %d errors%s\nfirst chunk p50 %v p99 %v\nchunk latency p50 %v p99 %v\ncoalesced %d of %d events\n",
@@ -204,12 +227,12 @@ func mainLoad(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if l.Body == nil {
-		fmt.Fprintf(stderr, "celflow bench load: --body %q: want small, 200KB or stream\n", *which)
+		fmt.Fprintf(stderr, "celflow-bench load: --body %q: want small, 200KB or stream\n", *which)
 		return 2
 	}
 	res, err := l.Run(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "celflow bench load: %v\n", err)
+		fmt.Fprintf(stderr, "celflow-bench load: %v\n", err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "%.0f req/s, %d ok, %d errors%s\np50 %v p90 %v p99 %v max %v\n",
@@ -220,13 +243,13 @@ func mainLoad(args []string, stdout, stderr io.Writer) int {
 // runOnly runs one cell (--only) and prints its section and its targets.
 func runOnly(ctx context.Context, o Options, cell string, stdout, stderr io.Writer) int {
 	if cell != "overload" {
-		fmt.Fprintf(stderr, "celflow bench: --only %q: want overload\n", cell)
+		fmt.Fprintf(stderr, "celflow-bench: --only %q: want overload\n", cell)
 		return 2
 	}
 	o.Only = cell
 	res, err := Measure(ctx, o)
 	if err != nil {
-		fmt.Fprintf(stderr, "celflow bench: %v\n", err)
+		fmt.Fprintf(stderr, "celflow-bench: %v\n", err)
 		return 1
 	}
 	renderOverload(stdout, res.Overload)

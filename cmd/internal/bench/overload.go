@@ -70,13 +70,13 @@ func saturation(sweep []SweepPoint) int {
 }
 
 // starter runs one child process (Measure's start).
-type starter func(name, ready string, extra func(addr string) ([]string, error), args ...string) (*proc, error)
+type starter func(bin, name, ready string, extra func(addr string) ([]string, error), args ...string) (*proc, error)
 
 // measureOverload runs the overload cell with its own worker and celflow.
 func measureOverload(ctx context.Context, o Options, dir string, start starter) (*OverloadResult, error) {
 	r := &OverloadResult{Service: OverloadService, Slots: OverloadSlots, Window: o.Duration}
 	listen := func(addr string) ([]string, error) { return []string{"--listen", addr}, nil }
-	worker, err := start("worker (slots)", "/healthz", listen, "bench", "worker",
+	worker, err := start(o.Tools, "worker (slots)", "/healthz", listen, "worker",
 		"--service", OverloadService.String(), "--slots", fmt.Sprint(OverloadSlots))
 	if err != nil {
 		return nil, err
@@ -93,7 +93,7 @@ func measureOverload(ctx context.Context, o Options, dir string, start starter) 
 	}
 	r.Bound = saturation(r.Sweep)
 
-	cf, err := start("celflow admission", "/readyz", func(addr string) ([]string, error) {
+	cf, err := start(o.Bin, "celflow admission", "/readyz", func(addr string) ([]string, error) {
 		cfg := serveConfig(flows[0], addr, worker.url) +
 			fmt.Sprintf("admission: {max_in_flight: %d, max_queue: 0, retry_after: 1s}\n", r.Bound)
 		p := filepath.Join(dir, "serve-admission.yaml")

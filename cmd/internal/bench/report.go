@@ -94,7 +94,7 @@ func Render(r *Results, m Machine, section string) string {
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	o := r.Opts
 	p("# Benchmarks\n\n")
-	p("Written by `celflow bench` (`make bench`); rerun it rather than editing this file. Ratios taken\n")
+	p("Written by `celflow-bench` (`make bench`); rerun it rather than editing this file. Ratios taken\n")
 	p("within one run are what compare from run to run; absolute numbers on a shared two-core machine\n")
 	p("do not, because other jobs share the cores. Judge the ratios at concurrency 16: at 64 the load generator, the\n")
 	p("worker and the hop under test saturate the two cores together.\n\n")
@@ -109,8 +109,8 @@ func Render(r *Results, m Machine, section string) string {
 	p("| streams | %d SSE events %s apart per reply, concurrency %s |\n", o.Chunks, o.Gap, joinInts(o.StreamConc))
 	p("\n")
 	p("**Method.** Every server is a separate process of the same binary on 127.0.0.1: the worker\n")
-	p("(`celflow bench worker`, canned replies: the floor, cheaper than the simulator, which parses every\n")
-	p("body and keeps records), the bare proxy (`celflow bench proxy`: `httputil.ReverseProxy` with\n")
+	p("(`celflow-bench worker`, canned replies: the floor, cheaper than the simulator, which parses every\n")
+	p("body and keeps records), the bare proxy (`celflow-bench proxy`: `httputil.ReverseProxy` with\n")
 	p("celflow's default upstream pool settings) and one `celflow serve` per workflow, direct mode, all\n")
 	p("pools the worker, info-level JSON logs to /dev/null, tracing off. One Go load generator in the\n")
 	p("bench process (keep-alive, idle connections ≥ concurrency, HTTP/1.1, no compression) drives\n")
@@ -124,9 +124,9 @@ func Render(r *Results, m Machine, section string) string {
 	p("one token id per 4 body bytes: about 51,000 for the 200 KB prompt, carried on every later leg),\n")
 	p("conditional decode (a predicted miss, no call: the worker renders a unique first block), encode\n")
 	p("(no items), prefill, decode.\n\n")
-	p("**Reproduce, profile.** `make bench` (or `celflow bench --duration 5s --conc 1,16,64`; `--quick`\n")
-	p("for a smoke run). `celflow bench load --url URL --body small|200KB|stream` drives any server\n")
-	p("with the same generator; `celflow bench --only overload` runs the admission cell alone and prints\n")
+	p("**Reproduce, profile.** `make bench` (or `bin/celflow-bench --duration 5s --conc 1,16,64`; `--quick`\n")
+	p("for a smoke run). `celflow-bench load --url URL --body small|200KB|stream` drives any server\n")
+	p("with the same generator; `celflow-bench --only overload` runs the admission cell alone and prints\n")
 	p("its section. A whole request through the front, the engine and the nodes, in\n")
 	p("process, for a profile: `go test ./cmd/internal/bench -run '^$' -bench 'Serve/^pd$/200KB'\n")
 	p("-cpuprofile cpu.out` (BenchmarkServe, also in the Go micro-benchmarks below).\n\n")
@@ -201,7 +201,7 @@ func Render(r *Results, m Machine, section string) string {
 	p("\n")
 	renderOverload(&b, r.Overload)
 	if section == "" {
-		section = goBenchBegin + "\n## Go micro-benchmarks\n\nNot run yet: `celflow bench` runs them when `go` is on PATH.\n" + goBenchEnd
+		section = goBenchBegin + "\n## Go micro-benchmarks\n\nNot run yet: `celflow-bench` runs them when `go` is on PATH.\n" + goBenchEnd
 	}
 	b.WriteString(section)
 	b.WriteString("\n")

@@ -11,7 +11,8 @@ import (
 
 // Options configure one benchmark run.
 type Options struct {
-	Bin        string        // the celflow binary the children run
+	Bin        string        // the celflow binary the celflow children (`celflow serve`) run
+	Tools      string        // the celflow-bench binary the worker and proxy children run
 	Warmup     time.Duration // per cell (split over the rounds), not recorded
 	Duration   time.Duration // per cell (split over the rounds), recorded
 	Conc       []int         // closed-loop concurrencies of the request matrix
@@ -91,7 +92,7 @@ func Measure(ctx context.Context, o Options) (*Results, error) {
 	}()
 	// start runs one child on a free port: extra(addr) gives the arguments
 	// that tell it where to listen.
-	start := func(name, ready string, extra func(addr string) ([]string, error), args ...string) (*proc, error) {
+	start := func(bin, name, ready string, extra func(addr string) ([]string, error), args ...string) (*proc, error) {
 		addr, err := freeAddr()
 		if err != nil {
 			return nil, err
@@ -100,7 +101,7 @@ func Measure(ctx context.Context, o Options) (*Results, error) {
 		if err != nil {
 			return nil, err
 		}
-		p, err := startProc(ctx, name, o.Bin, "http://"+addr, ready, append(args, more...)...)
+		p, err := startProc(ctx, name, bin, "http://"+addr, ready, append(args, more...)...)
 		if err != nil {
 			return nil, err
 		}
@@ -116,12 +117,12 @@ func Measure(ctx context.Context, o Options) (*Results, error) {
 		}
 		return r, err
 	}
-	worker, err := start("worker", "/healthz", listen, "bench", "worker",
+	worker, err := start(o.Tools, "worker", "/healthz", listen, "worker",
 		"--chunks", fmt.Sprint(o.Chunks), "--gap", o.Gap.String())
 	if err != nil {
 		return nil, err
 	}
-	proxy, err := start("proxy", "/healthz", listen, "bench", "proxy", "--to", worker.url)
+	proxy, err := start(o.Tools, "proxy", "/healthz", listen, "proxy", "--to", worker.url)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +132,7 @@ func Measure(ctx context.Context, o Options) (*Results, error) {
 		{key: "proxy", title: "bare httputil.ReverseProxy", url: proxy.url, hop: proxy, legs: 1},
 	}
 	for _, f := range flows {
-		p, err := start("celflow "+f.key, "/readyz", func(addr string) ([]string, error) {
+		p, err := start(o.Bin, "celflow "+f.key, "/readyz", func(addr string) ([]string, error) {
 			cfg, err := writeConfig(dir, f, addr, worker.url)
 			return []string{"--config", cfg}, err
 		}, "serve")

@@ -11,15 +11,17 @@ import (
 // The whole benchmark in --quick mode against the built binary: worker,
 // bare proxy and three celflow processes start, every cell completes
 // requests, and the report is written with its targets. Runs only when
-// CELFLOW_BIN names the binary (make test-e2e sets it), and not with -short.
+// CELFLOW_BIN names the celflow binary and CELFLOW_BENCH_BIN the
+// celflow-bench binary that runs the worker and proxy children (make
+// test-e2e sets both), and not with -short.
 func TestQuickBench(t *testing.T) {
-	bin := os.Getenv("CELFLOW_BIN")
-	if bin == "" || testing.Short() {
-		t.Skip("set CELFLOW_BIN to the built celflow binary (and drop -short) to run the quick benchmark")
+	bin, tools := os.Getenv("CELFLOW_BIN"), os.Getenv("CELFLOW_BENCH_BIN")
+	if bin == "" || tools == "" || testing.Short() {
+		t.Skip("set CELFLOW_BIN and CELFLOW_BENCH_BIN to the built celflow and celflow-bench binaries (make build; and drop -short) to run the quick benchmark")
 	}
 	out := filepath.Join(t.TempDir(), "benchmarks.md")
 	var stdout, stderr bytes.Buffer
-	if code := Main([]string{"--quick", "--bin", bin, "--out", out}, &stdout, &stderr); code != 0 {
+	if code := Main([]string{"--quick", "--bin", bin, "--tools-bin", tools, "--out", out}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
 	}
 	doc, err := os.ReadFile(out)

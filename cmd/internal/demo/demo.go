@@ -1,4 +1,4 @@
-// Package demo is `celflow demo`: simulated vLLM workers (one listener per
+// Package demo is celflow-demo: simulated vLLM workers (one listener per
 // role), a media server and celflow's front serving the shipped E/P/D
 // workflow, all in one process on 127.0.0.1 free ports. It sends four
 // requests (a text chat, the same text again, an image chat and a streaming
@@ -52,19 +52,19 @@ func Run(opts Options, stdout, stderr io.Writer) int {
 	// Before the stack, so that its flush runs after the stack has stopped.
 	stopTracing, err := startTracing(stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "celflow demo: tracing: %v\n", err)
+		fmt.Fprintf(stderr, "celflow-demo: tracing: %v\n", err)
 		return 1
 	}
 	defer stopTracing()
 	st, err := Start(opts.Stack)
 	if err != nil {
-		fmt.Fprintf(stderr, "celflow demo: %v\n", err)
+		fmt.Fprintf(stderr, "celflow-demo: %v\n", err)
 		return 1
 	}
 	code := 0
 	defer func() {
 		if c := st.Close(); c != 0 && code == 0 {
-			fmt.Fprintf(stderr, "celflow demo: celflow did not drain cleanly (exit %d)\n", c)
+			fmt.Fprintf(stderr, "celflow-demo: celflow did not drain cleanly (exit %d)\n", c)
 		}
 	}()
 	printStack(stdout, st, opts.Stack)

@@ -15,11 +15,11 @@ import (
 func printStack(out io.Writer, st *Stack, o StackOptions) {
 	fmt.Fprintln(out, "celflow demo: simulated vLLM workers, a media server and celflow on 127.0.0.1")
 	for _, s := range st.Workers {
-		fmt.Fprintf(out, "  %-8s %s   (celflow sim --roles %s)\n", s.Name, s.URL, s.Name)
+		fmt.Fprintf(out, "  %-8s %s   (celflow-sim --roles %s)\n", s.Name, s.URL, s.Name)
 	}
 	mode := "direct pools: celflow picks workers and predicts conditional-decode hits itself"
 	if st.Gateway != nil {
-		fmt.Fprintf(out, "  %-8s %s   (celflow sim gateway: routes by EPP-Profile, answers 412 on a prefix miss)\n", "gateway", st.Gateway.URL)
+		fmt.Fprintf(out, "  %-8s %s   (celflow-sim gateway: routes by EPP-Profile, answers 412 on a prefix miss)\n", "gateway", st.Gateway.URL)
 		mode = "gateway mode: every worker leg goes through the simulated Inference Gateway"
 	}
 	fmt.Fprintf(out, "  %-8s %s   (serves /sample.png)\n", "media", st.Media.URL)

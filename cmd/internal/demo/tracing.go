@@ -26,7 +26,7 @@ func startTracing(stderr io.Writer) (stop func(), err error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := shutdown(ctx); err != nil {
-			fmt.Fprintf(stderr, "celflow demo: tracing: flush at exit: %v\n", err)
+			fmt.Fprintf(stderr, "celflow-demo: tracing: flush at exit: %v\n", err)
 		}
 	}, nil
 }

@@ -82,13 +82,13 @@ func (w *Worker) handoff(c *call, p promptInfo) (transferOut, error) {
 		if err := w.joinRoom(ctx, req.Bootstrap, p); err != nil {
 			return out, err
 		}
-	case flag(req.KV, "do_remote_decode"):
+	case kvFlag(req.KV, "do_remote_decode"):
 		kv, err := w.produceKV(c, p)
 		if err != nil {
 			return out, err
 		}
 		out.KV = kv
-	case flag(req.KV, "do_remote_prefill"):
+	case kvFlag(req.KV, "do_remote_prefill"):
 		if err := w.pullKV(c, p); err != nil {
 			return out, err
 		}

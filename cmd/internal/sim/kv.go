@@ -60,8 +60,8 @@ func handoffErr(format string, a ...any) error {
 	return &handoffError{Status: http.StatusBadRequest, Msg: fmt.Sprintf(format, a...)}
 }
 
-// flag reports whether kv[key] is the JSON literal true.
-func flag(kv map[string]json.RawMessage, key string) bool {
+// kvFlag reports whether kv[key] is the JSON literal true.
+func kvFlag(kv map[string]json.RawMessage, key string) bool {
 	return strings.TrimSpace(string(kv[key])) == "true"
 }
 

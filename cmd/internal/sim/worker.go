@@ -224,7 +224,7 @@ func (w *Worker) workerRole(profile string, req *request) (Role, error) {
 		}
 		return role, nil
 	}
-	if req != nil && flag(req.KV, "do_remote_decode") && w.roles[RolePrefill] {
+	if req != nil && kvFlag(req.KV, "do_remote_decode") && w.roles[RolePrefill] {
 		return RolePrefill, nil
 	}
 	for _, r := range []Role{RoleDecode, RolePrefill, RoleEncode} {

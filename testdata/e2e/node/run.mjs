@@ -4,8 +4,9 @@
 //
 // Contract: CELFLOW_URL is the base URL of a running celflow (e.g.
 // http://127.0.0.1:8080) in front of the simulators with the shipped E/P/D
-// workflow. Without CELFLOW_URL but with CELFLOW_BIN, the script starts
-// `$CELFLOW_BIN demo --serve` itself and uses the URL its curl hint prints.
+// workflow. Without CELFLOW_URL but with CELFLOW_DEMO_BIN (the celflow-demo
+// binary, bin/celflow-demo after make build), the script starts
+// `$CELFLOW_DEMO_BIN --serve` itself and uses the URL its curl hint prints.
 // The LAST line printed is `N passed, M failed`; the exit code is 0 only when
 // every case passed (1 on a failed case, 2 when there is nothing to test).
 import { spawn } from 'node:child_process';
@@ -16,7 +17,7 @@ import { VERSION as OPENAI_VERSION } from 'openai/version';
 const MODEL = process.env.CELFLOW_MODEL || 'celflow-sim';
 const CASE_TIMEOUT_MS = 30_000; // per HTTP request (the client's timeout)
 const TOTAL_TIMEOUT_MS = 180_000; // the whole run, stack start included
-const START_TIMEOUT_MS = 60_000; // `demo --serve` until it prints its URL
+const START_TIMEOUT_MS = 60_000; // `celflow-demo --serve` until it prints its URL
 
 // ---------------------------------------------------------------- assertions
 
@@ -226,10 +227,10 @@ function cases(client) {
 
 let demoPid = 0; // process group of a self-started stack, for the watchdog
 
-// startDemo runs `$CELFLOW_BIN demo --serve` in its own process group and
+// startDemo runs `$CELFLOW_DEMO_BIN --serve` in its own process group and
 // resolves with its base URL, read from the curl command it prints.
 function startDemo(bin) {
-  const child = spawn(bin, ['demo', '--serve'], { detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(bin, ['--serve'], { detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
   demoPid = child.pid;
   const logs = [];
   const keep = (d) => {
@@ -239,7 +240,7 @@ function startDemo(bin) {
   child.stderr.on('data', keep);
   const url = new Promise((resolve, reject) => {
     let buf = '';
-    const timer = setTimeout(() => reject(new Error(`no URL from '${bin} demo --serve' within ${START_TIMEOUT_MS} ms`)), START_TIMEOUT_MS);
+    const timer = setTimeout(() => reject(new Error(`no URL from '${bin} --serve' within ${START_TIMEOUT_MS} ms`)), START_TIMEOUT_MS);
     child.stdout.on('data', (d) => {
       keep(d);
       buf += d;
@@ -267,8 +268,8 @@ function startDemo(bin) {
 async function main() {
   let base = process.env.CELFLOW_URL;
   let demo;
-  if (!base && process.env.CELFLOW_BIN) {
-    demo = startDemo(process.env.CELFLOW_BIN);
+  if (!base && process.env.CELFLOW_DEMO_BIN) {
+    demo = startDemo(process.env.CELFLOW_DEMO_BIN);
     try {
       base = await demo.url;
     } catch (e) {
@@ -279,7 +280,7 @@ async function main() {
     }
   }
   if (!base) {
-    console.log('CELFLOW_URL (a running celflow) or CELFLOW_BIN (to start `celflow demo --serve`) is required; see README.md');
+    console.log('CELFLOW_URL (a running celflow) or CELFLOW_DEMO_BIN (to start `celflow-demo --serve`) is required; see README.md');
     console.log('0 passed, 0 failed');
     return 2;
   }

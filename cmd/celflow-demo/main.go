@@ -1,3 +1,11 @@
+// Command celflow-demo runs simulated vLLM workers, a media server and
+// celflow on 127.0.0.1 and shows the path four requests take through the
+// shipped E/P/D workflow (--serve keeps the stack up). celflow runs
+// in-process, through the same front and node packages `celflow serve`
+// uses; cmd/internal/demo is the demo.
+//
+// It is a binary of its own so that the serving binary, celflow, carries
+// no demo.
 package main
 
 import (
@@ -9,17 +17,29 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/celflow/celflow/cmd/internal/buildversion"
 	"github.com/celflow/celflow/cmd/internal/demo"
 	"github.com/celflow/celflow/engine/front"
+	_ "github.com/celflow/celflow/nodes/all" // every shipped node type, as celflow serve has them
 )
 
-// cmdDemo: `celflow demo [--serve] [--gateway] [--listen ADDR] [-v N]`.
+// version is stamped by the Makefile: -X main.version=$(VERSION).
+var version string
+
+// `celflow-demo [--serve] [--gateway] [--listen ADDR] [-v N]`.
 // Exit 0 when the four demo requests took their expected paths (and, with
 // --serve, after SIGINT/SIGTERM), 1 otherwise, 2 on usage errors.
-func cmdDemo(args []string) int { return runDemo(args, os.Stdout, os.Stderr) }
+func main() {
+	args := os.Args[1:]
+	if buildversion.IsRequest(args) {
+		buildversion.Print(os.Stdout, "celflow-demo", buildversion.Resolve(version))
+		os.Exit(0)
+	}
+	os.Exit(runDemo(args, os.Stdout, os.Stderr))
+}
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("celflow demo", flag.ContinueOnError)
+	fs := flag.NewFlagSet("celflow-demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o demo.Options
 	fs.BoolVar(&o.Serve, "serve", false, "keep the stack up after the four requests and print a curl command")
@@ -37,7 +57,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "celflow demo: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "celflow-demo: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
 	level := logrus.WarnLevel
@@ -51,7 +71,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	// the path printout, logs go to stderr.
 	log := logrus.StandardLogger()
 	if err := front.ConfigureLogger(log, stderr, "text", level); err != nil {
-		fmt.Fprintf(stderr, "celflow demo: %v\n", err)
+		fmt.Fprintf(stderr, "celflow-demo: %v\n", err)
 		return 2
 	}
 	o.Stack.Log = log

@@ -1,4 +1,4 @@
-package main
+package sim
 
 import (
 	"crypto/tls"
@@ -9,7 +9,7 @@ import (
 	"os"
 )
 
-// simTLS is the TLS flags of `celflow sim` and `celflow sim gateway`, so
+// simTLS is the TLS flags of `celflow-sim` and `celflow-sim gateway`, so
 // that end-to-end tests run real handshakes on every hop.
 type simTLS struct{ cert, key, clientCA string }
 

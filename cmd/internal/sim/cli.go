@@ -1,4 +1,4 @@
-package main
+package sim
 
 import (
 	"context"
@@ -8,35 +8,24 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
-
-	"github.com/celflow/celflow/cmd/internal/sim"
 )
 
-// cmdSim runs `celflow sim [flags]` (a simulated vLLM worker) or
-// `celflow sim gateway [flags]` (an Inference Gateway + EPP stand-in).
-// docs/simulator.md documents both. Exit codes: 0 after SIGINT/SIGTERM,
-// 1 on a runtime error, 2 on bad flags.
-func cmdSim(args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return runSim(ctx, args, os.Stdout, os.Stderr)
-}
-
-// runSim serves until ctx ends (cmdSim's ctx ends on SIGINT or SIGTERM).
-func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// Main is the command line of the celflow-sim binary: `celflow-sim
+// [flags]` runs a simulated vLLM worker, `celflow-sim gateway [flags]` an
+// Inference Gateway + EPP stand-in. docs/simulator.md documents both. It
+// serves until ctx ends (the binary's ctx ends on SIGINT or SIGTERM).
+// Exit codes: 0 once ctx ended, 1 on a runtime error, 2 on bad flags.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "gateway" {
-		return runSimGateway(ctx, args[1:], stdout, stderr)
+		return mainGateway(ctx, args[1:], stdout, stderr)
 	}
-	fs := flag.NewFlagSet("celflow sim", flag.ContinueOnError)
+	fs := flag.NewFlagSet("celflow-sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:8000", "address to listen on (port 0 picks a free port)")
 	roles := fs.String("roles", "render,encode,prefill,decode", "comma-separated roles this process serves")
-	var cfg sim.Config
+	var cfg Config
 	fs.StringVar(&cfg.Name, "name", "sim", "worker name, shown in records and engine ids")
 	fs.StringVar(&cfg.Model, "model", "sim-model", "model name answered when a request names none")
 	fs.DurationVar(&cfg.TTFT, "ttft", 0, "time to first token")
@@ -49,7 +38,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.BootstrapWait, "bootstrap-wait", 10*time.Second, "how long an SGLang prefill waits for decode to join its room (0 answers at once)")
 	fs.DurationVar(&cfg.KVLease, "kv-lease", 30*time.Second, "how long produced KV stays pullable")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "host:port peers reach this worker on (default: the address each request arrived at)")
-	keepAlive := fs.Duration("keep-alive", sim.DefaultKeepAlive, "idle keep-alive of client connections (uvicorn's is 5s)")
+	keepAlive := fs.Duration("keep-alive", DefaultKeepAlive, "idle keep-alive of client connections (uvicorn's is 5s)")
 	tf := tlsFlags(fs)
 	var faults faultFlag
 	fs.Var(&faults, "fault", "inject a fault: [role:]action[,action...] (repeatable; see docs/simulator.md)")
@@ -57,28 +46,28 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage(err)
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "celflow sim: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "celflow-sim: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
 	var err error
-	if cfg.Roles, err = sim.ParseRoles(*roles); err != nil {
-		fmt.Fprintf(stderr, "celflow sim: --roles: %v\n", err)
+	if cfg.Roles, err = ParseRoles(*roles); err != nil {
+		fmt.Fprintf(stderr, "celflow-sim: --roles: %v\n", err)
 		return 2
 	}
 	cfg.Faults = faults
-	w, err := sim.NewWorker(cfg)
+	w, err := NewWorker(cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "celflow sim: %v\n", err)
+		fmt.Fprintf(stderr, "celflow-sim: %v\n", err)
 		return 2
 	}
-	return serveSim(ctx, "celflow sim", *listen, w, *keepAlive, tf, stdout, stderr)
+	return serveSim(ctx, "celflow-sim", *listen, w, *keepAlive, tf, stdout, stderr)
 }
 
-func runSimGateway(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("celflow sim gateway", flag.ContinueOnError)
+func mainGateway(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("celflow-sim gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:8081", "address to listen on (port 0 picks a free port)")
-	var cfg sim.GatewayConfig
+	var cfg GatewayConfig
 	encode := fs.String("encode", "", "comma-separated base URLs of the encode pool")
 	prefill := fs.String("prefill", "", "comma-separated base URLs of the prefill pool")
 	decode := fs.String("decode", "", "comma-separated base URLs of the decode pool")
@@ -94,24 +83,24 @@ func runSimGateway(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return exitUsage(err)
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "celflow sim gateway: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "celflow-sim gateway: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
 	cfg.Encode, cfg.Prefill, cfg.Decode = splitList(*encode), splitList(*prefill), splitList(*decode)
 	if *upstreamCA != "" {
 		pool, err := caPool(*upstreamCA)
 		if err != nil {
-			fmt.Fprintf(stderr, "celflow sim gateway: --upstream-ca: %v\n", err)
+			fmt.Fprintf(stderr, "celflow-sim gateway: --upstream-ca: %v\n", err)
 			return 2
 		}
 		cfg.UpstreamTLS = &tls.Config{RootCAs: pool}
 	}
-	g, err := sim.NewGateway(cfg)
+	g, err := NewGateway(cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "celflow sim gateway: %v\n", err)
+		fmt.Fprintf(stderr, "celflow-sim gateway: %v\n", err)
 		return 2
 	}
-	return serveSim(ctx, "celflow sim gateway", *listen, g, *keepAlive, tf, stdout, stderr)
+	return serveSim(ctx, "celflow-sim gateway", *listen, g, *keepAlive, tf, stdout, stderr)
 }
 
 func serveSim(ctx context.Context, name, listen string, h http.Handler, keepAlive time.Duration, tf *simTLS, stdout, stderr io.Writer) int {
@@ -120,7 +109,7 @@ func serveSim(ctx context.Context, name, listen string, h http.Handler, keepAliv
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
-	if err := sim.ServeTLS(ctx, listen, h, stdout, keepAlive, conf); err != nil {
+	if err := ServeTLS(ctx, listen, h, stdout, keepAlive, conf); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1
 	}
@@ -145,7 +134,7 @@ func splitList(s string) []string {
 }
 
 // faultFlag collects repeated --fault flags.
-type faultFlag []sim.Fault
+type faultFlag []Fault
 
 func (f *faultFlag) String() string {
 	var s []string
@@ -156,7 +145,7 @@ func (f *faultFlag) String() string {
 }
 
 func (f *faultFlag) Set(v string) error {
-	fs, err := sim.ParseFaults(v)
+	fs, err := ParseFaults(v)
 	if err != nil {
 		return err
 	}
