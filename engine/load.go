@@ -107,7 +107,7 @@ type compiler struct {
 func compile(doc *schema.Doc, opts LoadOptions, hash string) (*Workflow, schema.Diagnostics) {
 	opts.Services = opts.services()
 	c := &compiler{doc: doc, opts: opts, ids: map[string]int{},
-		w: &Workflow{file: doc.File, hash: hash, doc: doc, pool: &sync.Pool{}}}
+		w: &Workflow{file: doc.File, hash: hash, doc: doc, pool: &sync.Pool{}, closing: &closeState{}}}
 	c.ds = schema.Validate(doc, schema.WorkflowID, "")
 	if _, ok := doc.Root.(map[string]any); !ok {
 		return nil, c.ds

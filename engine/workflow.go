@@ -27,8 +27,15 @@ type Workflow struct {
 	doc   *schema.Doc
 	pool  *sync.Pool // of *scratch
 
-	closeOnce sync.Once
-	closeErr  error
+	// closing makes Close happen once. A pointer, because explain's stub
+	// copies the struct (and shares it: only the loaded workflow is closed).
+	closing *closeState
+}
+
+// closeState is Close's once and its result.
+type closeState struct {
+	once sync.Once
+	err  error
 }
 
 // cnode is one compiled node.
@@ -213,10 +220,11 @@ func (w *Workflow) Built() []Node {
 // node's Close releases idle resources only), but what it opens afterwards
 // is not released again. A nil workflow closes nothing.
 func (w *Workflow) Close() error {
-	if w == nil {
+	if w == nil || w.closing == nil {
 		return nil
 	}
-	w.closeOnce.Do(func() {
+	cs := w.closing
+	cs.once.Do(func() {
 		var errs []error
 		for _, n := range w.nodes {
 			if c, ok := n.node.(Closer); ok {
@@ -225,9 +233,9 @@ func (w *Workflow) Close() error {
 				}
 			}
 		}
-		w.closeErr = errors.Join(errs...)
+		cs.err = errors.Join(errs...)
 	})
-	return w.closeErr
+	return cs.err
 }
 
 var _ Runner = (*Workflow)(nil)
