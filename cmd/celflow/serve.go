@@ -65,8 +65,8 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	}
 
 	m := metrics.New()
-	// The async runtime is installed before the workflow loads: the
-	// async-broker node takes it at build time.
+	// The async runtime is built before the workflow loads: the
+	// async-broker node takes it from its build context.
 	var as *asyncSetup
 	if c0, _ := config.LoadFile(*cfgPath, getenv); c0 != nil {
 		if as, err = newAsync(c0.Async, m.Registry(), logrus.StandardLogger()); err != nil {
@@ -75,7 +75,8 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		}
 		defer as.close()
 	}
-	g, ds := load(*cfgPath, getenv, m, nil)
+	env := &buildEnv{m: m, services: as.services()}
+	g, ds := load(*cfgPath, getenv, env, nil)
 	if g == nil {
 		return refuse(stderr, ds)
 	}
@@ -148,6 +149,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		Admission:         lv.Admission,
 		AdmissionObserver: m.AdmissionObserver(),
 		Background:        dispatchedRequest,
+		Extra:             lv.Extra,
 	}
 	tlsSt.options(&opts)
 	srv := front.New(opts)
@@ -158,7 +160,8 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	// Reloads run on their own goroutine, one at a time, and stop when the
 	// shutdown starts.
 	rl := &reloader{path: *cfgPath, getenv: getenv, verbosity: *verbosity,
-		formatSet: *logFormat != "", log: log, m: m, srv: srv, boot: cfg, cur: g, tls: tlsSt}
+		formatSet: *logFormat != "", log: log, m: m, env: env, srv: srv, boot: cfg, cur: g, tls: tlsSt,
+		stop: make(chan struct{})}
 	if as != nil {
 		as.up.Store(g.up)
 		rl.onSwap = func(ng *generation) { as.up.Store(ng.up) }
@@ -179,6 +182,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	stopReloads()
 	<-reloads
 	<-dispatched
+	rl.shutdown() // nothing runs any more: close every generation
 	return code
 }
 
