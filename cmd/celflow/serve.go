@@ -80,6 +80,14 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	if g == nil {
 		return refuse(stderr, ds)
 	}
+	// Until the reloader owns it (rl.shutdown closes it), a start-up that
+	// gives up closes the generation here.
+	owned := false
+	defer func() {
+		if !owned {
+			g.close(nil)
+		}
+	}()
 	m.WatchUpstream(g.up)
 	cfg := g.cfg
 	level, err := logLevel(cfg.Telemetry.LogLevel, *verbosity)
@@ -162,6 +170,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	rl := &reloader{path: *cfgPath, getenv: getenv, verbosity: *verbosity,
 		formatSet: *logFormat != "", log: log, m: m, env: env, srv: srv, boot: cfg, cur: g, tls: tlsSt,
 		stop: make(chan struct{})}
+	owned = true
 	if as != nil {
 		as.up.Store(g.up)
 		rl.onSwap = func(ng *generation) { as.up.Store(ng.up) }
