@@ -14,12 +14,30 @@ import (
 
 // LoadOptions carries what node types need to build.
 type LoadOptions struct {
-	// Upstream is the client worker nodes send legs through. nil means
-	// validate-only: node types skip "has a target" checks (validate,
-	// explain, test and graph load this way).
+	// Upstream is the client worker nodes send legs through; nodes read it
+	// as the service ServiceUpstream. nil means validate-only: node types
+	// skip "has a target" checks (validate, explain, test and graph load
+	// this way).
 	Upstream *upstream.Client
+	// Services are the other services the composition root lends this
+	// build's nodes (the async runtime...), by name; see BuildContext.
+	// Upstream, when set, takes the name ServiceUpstream.
+	Services Services
 	// WriteTimeout is the server's write_timeout, passed to BuildContext.
 	WriteTimeout time.Duration
+}
+
+// services is what every node of the build sees: its own map, so that a
+// node cannot reach the caller's.
+func (o *LoadOptions) services() Services {
+	svc := make(Services, len(o.Services)+1)
+	for k, v := range o.Services {
+		svc[k] = v
+	}
+	if o.Upstream != nil {
+		svc[ServiceUpstream] = o.Upstream
+	}
+	return svc
 }
 
 // Defaults that apply when the workflow says nothing.
@@ -50,6 +68,7 @@ func Load(file string, data []byte, opts LoadOptions) (*Workflow, schema.Diagnos
 	w, more := compile(doc, opts, hex.EncodeToString(sum[:]))
 	ds = append(ds, more...).Sort().WithSource(file, data)
 	if ds.HasErrors() {
+		w.Close() // the nodes that did build release what they opened
 		return nil, ds
 	}
 	return w, ds
@@ -63,6 +82,7 @@ func LoadDoc(doc *schema.Doc, opts LoadOptions) (*Workflow, schema.Diagnostics) 
 	w, ds := compile(doc, opts, hex.EncodeToString(sum[:]))
 	ds = doc.AttachSource(ds.Sort())
 	if ds.HasErrors() {
+		w.Close() // the nodes that did build release what they opened
 		return nil, ds
 	}
 	return w, ds
@@ -85,8 +105,9 @@ type compiler struct {
 }
 
 func compile(doc *schema.Doc, opts LoadOptions, hash string) (*Workflow, schema.Diagnostics) {
+	opts.Services = opts.services()
 	c := &compiler{doc: doc, opts: opts, ids: map[string]int{},
-		w: &Workflow{file: doc.File, hash: hash, doc: doc, pool: &sync.Pool{}}}
+		w: &Workflow{file: doc.File, hash: hash, doc: doc, pool: &sync.Pool{}, closing: &closeState{}}}
 	c.ds = schema.Validate(doc, schema.WorkflowID, "")
 	if _, ok := doc.Root.(map[string]any); !ok {
 		return nil, c.ds

@@ -125,7 +125,7 @@ func (c *compiler) build(n *cnode, sp *nodeSpec, nd *nodeDoc) {
 	}
 	raw, _ := json.Marshal(params)
 	bctx := &BuildContext{
-		Upstream:     c.opts.Upstream,
+		Services:     c.opts.Services,
 		Defaults:     Defaults{KVConnector: c.defs.kv, ECConnector: c.defs.ec, TokensIn: c.defs.tokensIn},
 		WriteTimeout: c.opts.WriteTimeout,
 		Warn: func(path, msg string) {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/celflow/celflow/engine/jsonb"
 	"github.com/celflow/celflow/engine/mm"
-	"github.com/celflow/celflow/engine/upstream"
 )
 
 // Key names a piece of per-request data that node types provide and need.
@@ -319,14 +318,63 @@ type Bootstrap struct {
 	Room uint64
 }
 
-// BuildContext is what a node type's Build gets from the compiler.
+// BuildContext is what a node type's Build gets from the compiler. Build is
+// the node's provision step: it may open what the node holds (transports,
+// caches), which a Closer releases, but it must have no effect outside the
+// workflow being built. Anything shared with the process or with other
+// workflows (the upstream worker client, the async runtime, metrics hooks)
+// comes through Services, never through a process global, so that a
+// workflow whose load or reload is refused has changed nothing live.
 type BuildContext struct {
-	Upstream *upstream.Client // nil in validate-only mode with no upstream section
+	// Services are what the composition root (cmd/celflow) lends the nodes
+	// of this build, by name; read them with Service. A missing service
+	// means validate-only mode (no upstream section, no async config).
+	Services Services
 	Defaults Defaults
 	Warn     func(path, msg string) // a warning at a params path (JSON pointer below params)
 	// WriteTimeout is the server's write_timeout for non-streaming replies
 	// (PROTOCOL 14): relaying nodes apply it from the moment they start writing.
 	WriteTimeout time.Duration
+}
+
+// Services are named services a build may use (BuildContext.Services).
+// The engine core knows no service type: each name belongs to the package
+// that defines its value.
+type Services map[string]any
+
+// ServiceUpstream names the upstream worker client (*upstream.Client) in
+// Services. It is the one name the core reserves, because LoadOptions
+// carries the client under it.
+const ServiceUpstream = "upstream"
+
+// Service returns the service of that name as a T: the zero T and false
+// when the build has none. A service of another type is a programming error
+// of the composition root, reported by panicking (the compiler turns a
+// panicking Build into a load error naming the node type).
+func Service[T any](b *BuildContext, name string) (T, bool) {
+	var zero T
+	if b == nil {
+		return zero, false
+	}
+	v, ok := b.Services[name]
+	if !ok || v == nil {
+		return zero, false
+	}
+	t, ok := v.(T)
+	if !ok {
+		panic(fmt.Sprintf("engine: service %q is a %T, not a %T", name, v, zero))
+	}
+	return t, true
+}
+
+// Closer is implemented by nodes that hold something to release when their
+// workflow is retired (fetch-media's transports and their idle
+// connections). Workflow.Close calls it once per node, after the requests
+// that use the workflow drained (or a bounded wait ran out); a request that
+// still runs the node afterwards must keep working, so Close releases idle
+// resources and must not break the node. Close must be idempotent.
+type Closer interface {
+	Close() error
 }
 
 // Defaults are the workflow-level defaults a node falls back on.

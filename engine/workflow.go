@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +26,16 @@ type Workflow struct {
 	tests []testCase
 	doc   *schema.Doc
 	pool  *sync.Pool // of *scratch
+
+	// closing makes Close happen once. A pointer, because explain's stub
+	// copies the struct (and shares it: only the loaded workflow is closed).
+	closing *closeState
+}
+
+// closeState is Close's once and its result.
+type closeState struct {
+	once sync.Once
+	err  error
 }
 
 // cnode is one compiled node.
@@ -187,6 +199,43 @@ func (w *Workflow) Nodes() []NodeInfo {
 		out[i] = ni
 	}
 	return out
+}
+
+// Built returns the built nodes in declaration order (nil for a node whose
+// build failed, in a workflow that did not load). The composition root reads
+// what a node contributes to its generation beyond requests (the async
+// broker's header names) from them; nodes are immutable, so sharing them is
+// safe.
+func (w *Workflow) Built() []Node {
+	out := make([]Node, len(w.nodes))
+	for i, n := range w.nodes {
+		out[i] = n.node
+	}
+	return out
+}
+
+// Close closes every node of the workflow that holds something (Closer),
+// once; later calls return the first result. Call it when no request will
+// start on the workflow any more: a request still running may go on (a
+// node's Close releases idle resources only), but what it opens afterwards
+// is not released again. A nil workflow closes nothing.
+func (w *Workflow) Close() error {
+	if w == nil || w.closing == nil {
+		return nil
+	}
+	cs := w.closing
+	cs.once.Do(func() {
+		var errs []error
+		for _, n := range w.nodes {
+			if c, ok := n.node.(Closer); ok {
+				if err := c.Close(); err != nil {
+					errs = append(errs, fmt.Errorf("node %s: %w", n.id, err))
+				}
+			}
+		}
+		cs.err = errors.Join(errs...)
+	})
+	return cs.err
 }
 
 var _ Runner = (*Workflow)(nil)

@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/celflow/celflow/connectors/async"
+	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/config"
 	"github.com/celflow/celflow/engine/front"
 	"github.com/celflow/celflow/engine/upstream"
@@ -18,9 +19,10 @@ import (
 )
 
 // asyncSetup is the process's async machinery built from the serve
-// config's `async` object: installed before the workflow loads (so the
-// async-broker node finds it), routes for the front, and the dispatcher
-// started once the front exists.
+// config's `async` object (restart-only): the runtime every generation's
+// build gets as the service asyncbroker.ServiceName, routes for the front
+// (which read the live generation's binding), and the dispatcher started
+// once the front exists.
 type asyncSetup struct {
 	rt      *asyncbroker.Runtime
 	builtin *async.Builtin
@@ -29,10 +31,9 @@ type asyncSetup struct {
 	up      atomic.Pointer[upstream.Client] // what the gate reads; swapped on reload
 }
 
-// newAsync builds and installs the runtime; nil when async is off.
+// newAsync builds the runtime; nil when async is off.
 func newAsync(a config.Async, reg prometheus.Registerer, log *logrus.Logger) (*asyncSetup, error) {
 	if !a.Enabled() {
-		asyncbroker.Install(nil)
 		return nil, nil
 	}
 	opt, err := redis.ParseURL(a.RedisURL)
@@ -53,7 +54,6 @@ func newAsync(a config.Async, reg prometheus.Registerer, log *logrus.Logger) (*a
 		backend = b
 	}
 	rt := asyncbroker.NewRuntime(backend, asyncSettings(a), asyncbroker.NewMetrics(reg), log)
-	asyncbroker.Install(rt)
 	return &asyncSetup{rt: rt, builtin: b, rdb: rdb, cfg: a}, nil
 }
 
@@ -65,14 +65,25 @@ func asyncSettings(a config.Async) asyncbroker.Settings {
 		PollInterval: a.PollInterval, MaxInlineBytes: a.MaxInlineBytes}
 }
 
-// routes are GET and DELETE /v1/requests/{id}.
+// services are what the async machinery lends every generation's nodes
+// (nil when async is off: the async-broker node then answers queued modes
+// 503).
+func (s *asyncSetup) services() engine.Services {
+	if s == nil {
+		return nil
+	}
+	return engine.Services{asyncbroker.ServiceName: s.rt}
+}
+
+// routes are GET and DELETE /v1/requests/{id}, scoped by the header names
+// of the live generation's async-broker node.
 func (s *asyncSetup) routes() []front.Route {
 	if s == nil {
 		return nil
 	}
 	return []front.Route{
-		{Path: asyncbroker.PathRequests, Methods: []string{"GET"}, Handler: s.rt.GetHandler(front.PathVar)},
-		{Path: asyncbroker.PathRequests, Methods: []string{"DELETE"}, Handler: s.rt.DeleteHandler(front.PathVar)},
+		{Path: asyncbroker.PathRequests, Methods: []string{"GET"}, Handler: s.rt.GetHandler(front.PathVar, asyncBinding)},
+		{Path: asyncbroker.PathRequests, Methods: []string{"DELETE"}, Handler: s.rt.DeleteHandler(front.PathVar, asyncBinding)},
 	}
 }
 

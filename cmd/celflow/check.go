@@ -39,11 +39,12 @@ type prepareOptions struct {
 	// serverTLS loads server.tls (start-up and the checks; a reload
 	// applies it to the running listener instead).
 	serverTLS bool
-	// async installs the async runtime the async-broker node binds when
-	// the workflow is built, from a valid async section; it returns what
-	// undoes it, nil for nothing. nil leaves the installed runtime alone
-	// (reload: async needs a restart).
-	async func(*config.Config) (undo func(), err error)
+	// services gives the services lent to the workflow's nodes (the async
+	// runtime the async-broker node takes at build time), from a config
+	// whose async section is valid: serve builds the real runtime at
+	// start-up, a reload lends the running one (async changes need a
+	// restart), the checks one with no back end.
+	services func(*config.Config) (engine.Services, error)
 }
 
 // prepare is the one build step of a serve config, shared by `celflow
@@ -97,18 +98,16 @@ func prepare(path string, getenv func(string) string, o prepareOptions) (*prepar
 	}
 	var wf *engine.Workflow
 	if cfg.Clean("workflow") {
-		if asyncOK && o.async != nil {
-			undo, err := o.async(cfg)
-			if err != nil {
+		var services engine.Services
+		if asyncOK && o.services != nil {
+			var err error
+			if services, err = o.services(cfg); err != nil {
 				ds = append(ds, cfg.Diag("/async", schema.RuleAsync, err.Error()))
-			}
-			if undo != nil {
-				defer undo()
 			}
 		}
 		// Without a client (the upstream section has errors) the workflow
 		// is checked validate-only, so its own problems are reported too.
-		opts := engine.LoadOptions{Upstream: up, WriteTimeout: cfg.Server.WriteTimeout}
+		opts := engine.LoadOptions{Upstream: up, Services: services, WriteTimeout: cfg.Server.WriteTimeout}
 		var wds schema.Diagnostics
 		if cfg.Workflow.Inline != nil {
 			wf, wds = engine.LoadDoc(cfg.Workflow.Inline, opts)
@@ -118,23 +117,26 @@ func prepare(path string, getenv func(string) string, o prepareOptions) (*prepar
 		ds = append(ds, wds...)
 	}
 	if ds.HasErrors() || wf == nil || up == nil {
+		// What this build made is closed (a failed workflow load closed
+		// its own nodes); a client lent by the live generation is not.
+		wf.Close()
+		if up != nil && (o.reuse == nil || up != o.reuse.up) {
+			up.CloseIdle()
+		}
 		return nil, ds.Sort()
 	}
-	return &prepared{gen: &generation{cfg: cfg, up: up, wf: wf}, serverTLS: srvTLS}, ds.Sort()
+	g := &generation{cfg: cfg, up: up, wf: wf, async: asyncbroker.BindingOf(wf), idle: make(chan struct{}, 1)}
+	return &prepared{gen: g, serverTLS: srvTLS}, ds.Sort()
 }
 
-// checkAsync is the async step of the checks: the async-broker node is
+// checkServices are the services of the checks: the async-broker node is
 // built against the configured queues and tiers, as serve builds it, with
-// a runtime that has no back end (nothing is sent) and is uninstalled
-// after the load.
-func checkAsync(cfg *config.Config) (func(), error) {
-	prev := asyncbroker.Installed()
-	var rt *asyncbroker.Runtime
-	if cfg.Async.Enabled() {
-		rt = asyncbroker.NewRuntime(nil, asyncSettings(cfg.Async), nil, nil)
+// a runtime that has no back end (nothing is sent).
+func checkServices(cfg *config.Config) (engine.Services, error) {
+	if !cfg.Async.Enabled() {
+		return nil, nil
 	}
-	asyncbroker.Install(rt)
-	return func() { asyncbroker.Install(prev) }, nil
+	return engine.Services{asyncbroker.ServiceName: asyncbroker.NewRuntime(nil, asyncSettings(cfg.Async), nil, nil)}, nil
 }
 
 // tlsHosts are the names a self-signed listener certificate carries:
@@ -156,11 +158,12 @@ func tlsHosts(cfg *config.Config) []string {
 // for serve), and tests runs the workflow's tests: block. The summary
 // describes a clean load.
 func checkServe(path string, getenv func(string) string, environ []string, tests bool) (schema.Diagnostics, string) {
-	p, ds := prepare(path, getenv, prepareOptions{serverTLS: true, async: checkAsync})
+	p, ds := prepare(path, getenv, prepareOptions{serverTLS: true, services: checkServices})
 	ds = append(ds, config.UnknownEnv(environ, schema.Error)...)
 	if p == nil {
 		return ds.Sort(), ""
 	}
+	defer p.gen.close(nil)
 	wf, up := p.gen.wf, p.gen.up
 	if tests {
 		ds = append(ds, wf.RunTests(context.Background())...)

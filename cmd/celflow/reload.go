@@ -3,7 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -12,39 +16,124 @@ import (
 	"github.com/celflow/celflow/engine/front"
 	"github.com/celflow/celflow/engine/metrics"
 	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/nodes/asyncbroker"
 	"github.com/celflow/celflow/schema"
 )
 
-// generation is one loaded, validated serve config with what was built
-// from it. A reload replaces it as a whole or not at all.
+// generation is one loaded, validated serve config with everything built
+// from it: the upstream client, the workflow (its nodes hold their own
+// transports), the async broker's HTTP binding, and the limits and
+// admission settings of its front.Live. Building one touches nothing live
+// (load); a reload swaps the front to it in one step (front.Server.SetLive:
+// runners, limits, admission and the async binding are one snapshot) or
+// closes it unused. The generation it replaces is closed once the requests
+// running on it are done (retire).
 type generation struct {
-	cfg *config.Config
-	up  *upstream.Client
-	wf  *engine.Workflow
+	cfg   *config.Config
+	up    *upstream.Client
+	wf    *engine.Workflow
+	async *asyncbroker.Binding // GET/DELETE /v1/requests/{id}'s header names
+
+	// running counts the requests in this generation's workflow (Serve);
+	// idle is signalled when it drops to 0 after retired was set.
+	running atomic.Int64
+	retired atomic.Bool
+	idle    chan struct{}
 }
 
-// load is a reload's build step: prepare (the one used by start-up and the
-// checks), keeping the running async runtime and listener. On failure the
-// generation is nil and ds holds every problem, in the text `celflow
-// validate` prints; on success ds holds the warnings. reuse, when its
-// upstream section equals the new one, lends its client to the new
-// generation: an unchanged upstream keeps its connections, passive health
-// and prefix index across a reload.
-func load(path string, getenv func(string) string, m *metrics.Metrics, reuse *generation) (*generation, schema.Diagnostics) {
-	p, ds := prepare(path, getenv, prepareOptions{metrics: m, reuse: reuse})
+// buildEnv is what every generation's build gets from the process: the
+// metrics (whose hooks a new upstream client gets) and the services lent to
+// the nodes (the async runtime). It is built once by runServe.
+type buildEnv struct {
+	m        *metrics.Metrics
+	services engine.Services
+}
+
+// load is a reload's build step: prepare, the one used by start-up and the
+// checks, with the services the process lends every generation (the async
+// runtime: async changes need a restart) and without touching anything that
+// serves. On failure the generation is nil, what it had built is closed,
+// and ds holds every problem, in the text `celflow validate` prints; on
+// success ds holds the warnings. reuse, when its upstream section equals
+// the new one, lends its client to the new generation: an unchanged
+// upstream keeps its connections, passive health and prefix index across a
+// reload.
+func load(path string, getenv func(string) string, env *buildEnv, reuse *generation) (*generation, schema.Diagnostics) {
+	p, ds := prepare(path, getenv, prepareOptions{metrics: env.m, reuse: reuse,
+		services: func(*config.Config) (engine.Services, error) { return env.services, nil }})
 	if p == nil {
 		return nil, ds
 	}
 	return p.gen, ds
 }
 
-// live is what the front swaps: the workflow on each route it serves, and
-// the server keys that are read per request or at shutdown.
+// Serve runs a request on the generation's workflow, counted so that the
+// generation is closed only after its requests are done (engine.Runner).
+func (g *generation) Serve(r *engine.Run) *engine.Report {
+	g.running.Add(1)
+	defer g.leave()
+	return g.wf.Serve(r)
+}
+
+func (g *generation) leave() {
+	if g.running.Add(-1) == 0 && g.retired.Load() {
+		select {
+		case g.idle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// drainBound is the longest a retired generation waits for its requests
+// before it is closed anyway: the workflow's request_timeout when longer.
+// Closing early is safe, only wasteful: a node's Close and the upstream
+// client's CloseIdle drop idle connections, and a request still running
+// goes on (what it opens afterwards closes at its idle timeout).
+const drainBound = time.Minute
+
+// retire waits until no request runs on g (at most drainBound, or the
+// workflow's request_timeout when longer, or until stop is closed: the
+// server has drained), then closes it. next is the generation that replaced
+// it, whose upstream client, when it is g's, stays open.
+func (g *generation) retire(next *generation, stop <-chan struct{}) {
+	g.retired.Store(true)
+	bound := max(drainBound, g.wf.RequestTimeout())
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	for g.running.Load() > 0 {
+		select {
+		case <-g.idle:
+		case <-timer.C:
+			g.close(next)
+			return
+		case <-stop:
+			g.close(next)
+			return
+		}
+	}
+	g.close(next)
+}
+
+// close releases what g holds: the workflow's nodes, and its upstream
+// client's idle connections unless keep (the generation that serves now,
+// or nil) uses the same client.
+func (g *generation) close(keep *generation) {
+	if err := g.wf.Close(); err != nil {
+		logrus.WithError(err).Warn("closing a retired workflow")
+	}
+	if keep == nil || keep.up != g.up {
+		g.up.CloseIdle()
+	}
+}
+
+// live is what the front swaps: the generation on each route its workflow
+// serves, the server keys that are read per request or at shutdown, and the
+// generation itself for the async GET/DELETE handlers (asyncBinding).
 func (g *generation) live() front.Live {
 	runners := map[engine.Route]engine.Runner{}
 	for _, rt := range engine.Routes {
 		if g.wf.Serves(rt) {
-			runners[rt] = g.wf
+			runners[rt] = g
 		}
 	}
 	s := g.cfg.Server
@@ -52,7 +141,16 @@ func (g *generation) live() front.Live {
 	fields, _ := front.ParseClientFields(g.cfg.Trust.ClientFields)
 	return front.Live{Runners: runners, MaxBodyBytes: s.MaxBodyBytes(), WriteTimeout: s.WriteTimeout,
 		DrainDelay: s.DrainDelay, ShutdownTimeout: s.ShutdownTimeout, ClientFields: fields,
-		Admission: admissionOf(g.cfg.Admission)}
+		Admission: admissionOf(g.cfg.Admission), Extra: g}
+}
+
+// asyncBinding is the async binding of the generation that was live when
+// r arrived (front.LiveExtra), nil (the defaults) when none.
+func asyncBinding(r *http.Request) *asyncbroker.Binding {
+	if g, ok := front.LiveExtra(r).(*generation); ok {
+		return g.async
+	}
+	return nil
 }
 
 func (g *generation) fields() logrus.Fields {
@@ -94,11 +192,24 @@ type reloader struct {
 	formatSet bool // --log-format: telemetry.log_format is not used at all
 	log       *logrus.Logger
 	m         *metrics.Metrics
+	env       *buildEnv // what every generation's build gets
 	srv       *front.Server
 	boot      *config.Config    // what the process started with (restart-only keys)
 	cur       *generation       // what serves now
 	tls       *tlsState         // TLS material, reloaded on every SIGHUP
 	onSwap    func(*generation) // called after a successful swap (async gate's upstream view)
+
+	retiring sync.WaitGroup // the replaced generations still draining
+	stop     chan struct{}  // closed by shutdown: the server has drained
+}
+
+// shutdown closes the generation that served last and every replaced one
+// still draining, once the server has stopped (no request runs any more)
+// and the reload loop has returned.
+func (r *reloader) shutdown() {
+	close(r.stop)
+	r.retiring.Wait()
+	r.cur.close(nil)
 }
 
 // loop reloads on every signal until ctx is done.
@@ -113,15 +224,19 @@ func (r *reloader) loop(ctx context.Context, hup <-chan os.Signal) {
 	}
 }
 
-// reload re-reads everything as start-up does. On success the new runners
-// and limits serve every request that arrives afterwards (requests in
-// flight finish on the old ones), a replaced upstream client's idle
-// connections are closed, and the new workflow is logged; on any error the
-// old config keeps serving and every diagnostic is logged. Either way
-// celflow_config_reloads_total counts it.
+// reload re-reads everything as start-up does and builds the whole new
+// generation without touching anything that serves. On success it swaps
+// the front to it in one step (SetLive: runners, limits, admission and the
+// async binding; requests in flight finish on the old generation), then
+// points the model list, the metrics' upstream gauges and the async gate
+// at it, and retires the old generation (closed once its requests are
+// done; a replaced upstream client's idle connections close at once). On
+// any error nothing live changed: the new generation's leftovers are
+// closed, the old one keeps serving and every diagnostic is logged. Either
+// way celflow_config_reloads_total counts it.
 func (r *reloader) reload() bool {
 	r.log.WithField("config", r.path).Info("config reload: SIGHUP received")
-	g, ds := load(r.path, r.getenv, r.m, r.cur)
+	g, ds := load(r.path, r.getenv, r.env, r.cur)
 	r.reloadTLS(g)
 	if g == nil {
 		for _, d := range ds.Sort() {
@@ -166,6 +281,11 @@ func (r *reloader) reload() bool {
 		// now rather than at idle_timeout.
 		old.up.CloseIdle()
 	}
+	r.retiring.Add(1)
+	go func() {
+		defer r.retiring.Done()
+		old.retire(g, r.stop)
+	}()
 	r.log.WithFields(g.fields()).WithField("upstream_replaced", old.up != g.up).Info("config reloaded")
 	r.m.ConfigReload(true)
 	return true

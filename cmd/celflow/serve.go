@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/sirupsen/logrus"
 
+	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/config"
 	"github.com/celflow/celflow/engine/front"
 	"github.com/celflow/celflow/engine/metrics"
@@ -65,21 +66,30 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	}
 
 	m := metrics.New()
-	// The one build step validate and --check run too (check.go); the
-	// async runtime is installed before the workflow loads: the
-	// async-broker node takes it at build time.
+	// The one build step validate and --check run too (check.go). The async
+	// runtime is built from the config's async section before the workflow
+	// loads: the async-broker node takes it from its build context.
 	var as *asyncSetup
+	defer func() { as.close() }() // as is set by prepare's services step
 	p, ds := prepare(*cfgPath, getenv, prepareOptions{metrics: m, serverTLS: true,
-		async: func(c *config.Config) (func(), error) {
+		services: func(c *config.Config) (engine.Services, error) {
 			var err error
 			as, err = newAsync(c.Async, m.Registry(), logrus.StandardLogger())
-			return nil, err
+			return as.services(), err
 		}})
-	defer func() { as.close() }() // as is set by prepare
 	if p == nil {
 		return refuse(stderr, ds)
 	}
 	g := p.gen
+	env := &buildEnv{m: m, services: as.services()}
+	// Until the reloader owns it (rl.shutdown closes it), a start-up that
+	// gives up closes the generation here.
+	owned := false
+	defer func() {
+		if !owned {
+			g.close(nil)
+		}
+	}()
 	m.WatchUpstream(g.up)
 	cfg := g.cfg
 	level, err := logLevel(cfg.Telemetry.LogLevel, *verbosity)
@@ -145,6 +155,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		Admission:         lv.Admission,
 		AdmissionObserver: m.AdmissionObserver(),
 		Background:        dispatchedRequest,
+		Extra:             lv.Extra,
 	}
 	tlsSt.options(&opts)
 	srv := front.New(opts)
@@ -155,7 +166,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	// Reloads run on their own goroutine, one at a time, and stop when the
 	// shutdown starts.
 	rl := &reloader{path: *cfgPath, getenv: getenv, verbosity: *verbosity,
-		formatSet: *logFormat != "", log: log, m: m, srv: srv, boot: cfg, cur: g, tls: tlsSt}
+		formatSet: *logFormat != "", log: log, m: m, env: env, srv: srv, boot: cfg, cur: g, tls: tlsSt,
+		stop: make(chan struct{})}
+	owned = true
 	if as != nil {
 		as.up.Store(g.up)
 		rl.onSwap = func(ng *generation) { as.up.Store(ng.up) }
@@ -176,6 +189,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	stopReloads()
 	<-reloads
 	<-dispatched
+	rl.shutdown() // nothing runs any more: close every generation
 	return code
 }
 

@@ -95,6 +95,8 @@ type Options struct {
 	// admission decision (metrics).
 	Admission         Admission
 	AdmissionObserver admission.Observer
+	// Extra is the first Live set's Extra.
+	Extra any
 	// Background, when set, marks requests that must never wait in the
 	// admission queue (the async dispatcher's): they are admitted only
 	// into spare capacity, else refused at once with 429 overloaded.
@@ -127,6 +129,11 @@ type Live struct {
 	ShutdownTimeout time.Duration
 	ClientFields    ClientFields
 	Admission       Admission
+	// Extra is the caller's own per-generation value, swapped with the
+	// rest: the extra routes (Options.Routes) read the one current at the
+	// request's arrival with LiveExtra (the async broker's tenant header
+	// names belong to the workflow of the generation, not to the process).
+	Extra any
 }
 
 // live is the stored form of Live: its own copy of the runner map, so that
@@ -139,6 +146,7 @@ type live struct {
 	shutdownTimeout time.Duration
 	clientFields    ClientFields
 	adm             Admission
+	extra           any
 }
 
 func newLive(l Live) *live {
@@ -153,7 +161,7 @@ func newLive(l Live) *live {
 	}
 	l.Admission.Limits.Class = append([]int(nil), l.Admission.Limits.Class...)
 	return &live{runners: rs, maxBody: l.MaxBodyBytes, writeTimeout: l.WriteTimeout,
-		drainDelay: l.DrainDelay, shutdownTimeout: l.ShutdownTimeout, clientFields: l.ClientFields, adm: l.Admission}
+		drainDelay: l.DrainDelay, shutdownTimeout: l.ShutdownTimeout, clientFields: l.ClientFields, adm: l.Admission, extra: l.Extra}
 }
 
 func (l *live) export() Live {
@@ -164,7 +172,7 @@ func (l *live) export() Live {
 	adm := l.adm
 	adm.Limits.Class = append([]int(nil), adm.Limits.Class...)
 	return Live{Runners: rs, MaxBodyBytes: l.maxBody, WriteTimeout: l.writeTimeout,
-		DrainDelay: l.drainDelay, ShutdownTimeout: l.shutdownTimeout, ClientFields: l.clientFields, Admission: adm}
+		DrainDelay: l.drainDelay, ShutdownTimeout: l.shutdownTimeout, ClientFields: l.clientFields, Admission: adm, Extra: l.extra}
 }
 
 // Observation is what the front knows about one finished request.

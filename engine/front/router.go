@@ -1,6 +1,7 @@
 package front
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -34,7 +35,7 @@ func (s *Server) routes() *mux.Router {
 	r.HandleFunc(PathHealth, s.healthz).Methods(http.MethodGet) // vLLM's liveness path
 	r.HandleFunc(PathModels, s.listModels).Methods(http.MethodGet)
 	for _, x := range s.opts.Routes {
-		r.Handle(x.Path, x.Handler).Methods(x.Methods...)
+		r.Handle(x.Path, s.extraRoute(x.Handler)).Methods(x.Methods...)
 	}
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, engine.Errorf(engine.KindNotFound, "no route for %s %s", r.Method, cutPath(r.URL.EscapedPath())))
@@ -44,6 +45,24 @@ func (s *Server) routes() *mux.Router {
 	})
 	return r
 }
+
+// liveExtraKey carries Live.Extra in an extra route's request context.
+type liveExtraKey struct{}
+
+// extraRoute hands h the live set's Extra current at the request's arrival
+// (LiveExtra), read from the same snapshot a reload swaps in one step.
+func (s *Server) extraRoute(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if x := s.cur.Load().extra; x != nil {
+			r = r.WithContext(context.WithValue(r.Context(), liveExtraKey{}, x))
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// LiveExtra is the Live.Extra of the live set current when an extra route's
+// request arrived (nil when none).
+func LiveExtra(r *http.Request) any { return r.Context().Value(liveExtraKey{}) }
 
 // cutPath keeps an unknown path short in error messages and logs.
 func cutPath(p string) string { return engine.CutUTF8(p, 256) }

@@ -51,7 +51,7 @@ func New(opts Options) *Server {
 	}
 	s := &Server{opts: opts, log: opts.Log, limits: opts.Limits.withDefaults()}
 	s.cur.Store(newLive(Live{Runners: opts.Runners, MaxBodyBytes: opts.MaxBodyBytes, WriteTimeout: opts.WriteTimeout,
-		DrainDelay: opts.DrainDelay, ShutdownTimeout: opts.ShutdownTimeout, ClientFields: opts.ClientFields, Admission: opts.Admission}))
+		DrainDelay: opts.DrainDelay, ShutdownTimeout: opts.ShutdownTimeout, ClientFields: opts.ClientFields, Admission: opts.Admission, Extra: opts.Extra}))
 	s.adm = admission.New(AdmissionClasses, opts.Admission.Limits, opts.AdmissionObserver)
 	if s.log == nil {
 		s.log = logrus.StandardLogger()

@@ -15,10 +15,12 @@ const PathRequests = "/v1/requests/{id}"
 // GetHandler serves GET /v1/requests/{id}: scoped by the tenant header,
 // never consuming the result; ?wait=N long-polls up to N seconds (bounded
 // by async.wait_cap, else by the wait-mode maximum). pathVar reads the {id}
-// variable (front.PathVar).
-func (rt *Runtime) GetHandler(pathVar func(*http.Request, string) string) http.Handler {
+// variable (front.PathVar). bind returns the binding of the generation that
+// serves the request (its tenant header names); nil, or a nil result, means
+// the defaults.
+func (rt *Runtime) GetHandler(pathVar func(*http.Request, string) string, bind func(*http.Request) *Binding) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, tenant, ok := rt.target(w, r, pathVar)
+		id, tenant, ok := rt.target(w, r, pathVar, bind)
 		if !ok {
 			return
 		}
@@ -48,10 +50,11 @@ func (rt *Runtime) GetHandler(pathVar func(*http.Request, string) string) http.H
 }
 
 // DeleteHandler serves DELETE /v1/requests/{id}: cancel (best effort),
-// delete the result, 204; repeats and unknown ids also 204.
-func (rt *Runtime) DeleteHandler(pathVar func(*http.Request, string) string) http.Handler {
+// delete the result, 204; repeats and unknown ids also 204. pathVar and
+// bind are GetHandler's.
+func (rt *Runtime) DeleteHandler(pathVar func(*http.Request, string) string, bind func(*http.Request) *Binding) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, tenant, ok := rt.target(w, r, pathVar)
+		id, tenant, ok := rt.target(w, r, pathVar, bind)
 		if !ok {
 			return
 		}
@@ -66,14 +69,18 @@ func (rt *Runtime) DeleteHandler(pathVar func(*http.Request, string) string) htt
 }
 
 // target reads and checks the id and tenant (400 when invalid).
-func (rt *Runtime) target(w http.ResponseWriter, r *http.Request, pathVar func(*http.Request, string) string) (id, tenant string, ok bool) {
+func (rt *Runtime) target(w http.ResponseWriter, r *http.Request, pathVar func(*http.Request, string) string, bind func(*http.Request) *Binding) (id, tenant string, ok bool) {
 	id = pathVar(r, "id")
 	reply := w.Header().Get("X-Request-Id")
 	if !validID(id) {
 		writeError(w, http.StatusBadRequest, "invalid_request", "the request id must match [A-Za-z0-9-]{1,128}", reply)
 		return "", "", false
 	}
-	c := rt.headers()
+	var b *Binding
+	if bind != nil {
+		b = bind(r)
+	}
+	c := b.headers()
 	tenant, single := tenantOf(r.Header, c.tenant, c.tenantAlias)
 	if !single {
 		writeError(w, http.StatusBadRequest, "invalid_request", c.tenant+" was sent more than once (or with its alias "+c.tenantAlias+"): the tenant scopes results, send exactly one", id)

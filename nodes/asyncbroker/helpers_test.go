@@ -141,12 +141,13 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	}
 	o.settings.Queues, o.settings.Tiers = b.Config().Queues, b.Config().Lanes
 	rt := asyncbroker.NewRuntime(b, o.settings, nil, nil)
-	asyncbroker.Install(rt)
-	t.Cleanup(func() { asyncbroker.Install(nil) })
-	wfl, ds := engine.Load("async.yaml", []byte(wf), engine.LoadOptions{Upstream: up})
+	wfl, ds := engine.Load("async.yaml", []byte(wf), engine.LoadOptions{Upstream: up,
+		Services: engine.Services{asyncbroker.ServiceName: rt}})
 	if wfl == nil {
 		t.Fatalf("workflow: %s", ds)
 	}
+	binding := asyncbroker.BindingOf(wfl)
+	bind := func(*http.Request) *asyncbroker.Binding { return binding }
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -154,8 +155,8 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	srv := front.New(front.Options{Listener: ln,
 		Runners: map[engine.Route]engine.Runner{engine.RouteChat: wfl, engine.RouteCompletions: wfl},
 		Routes: []front.Route{
-			{Path: asyncbroker.PathRequests, Methods: []string{"GET"}, Handler: rt.GetHandler(front.PathVar)},
-			{Path: asyncbroker.PathRequests, Methods: []string{"DELETE"}, Handler: rt.DeleteHandler(front.PathVar)},
+			{Path: asyncbroker.PathRequests, Methods: []string{"GET"}, Handler: rt.GetHandler(front.PathVar, bind)},
+			{Path: asyncbroker.PathRequests, Methods: []string{"DELETE"}, Handler: rt.DeleteHandler(front.PathVar, bind)},
 		}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

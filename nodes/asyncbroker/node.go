@@ -42,10 +42,12 @@ func init() {
 type Node struct {
 	cfg *config
 	rt  *Runtime // nil: no async config (validate, or not configured)
+	// The node's header names reach GET/DELETE through its generation's
+	// Binding (BindingOf), never through the runtime.
 }
 
-func build(_ *engine.BuildContext, params json.RawMessage) (engine.Node, error) {
-	rt := Installed()
+func build(b *engine.BuildContext, params json.RawMessage) (engine.Node, error) {
+	rt, _ := engine.Service[*Runtime](b, ServiceName)
 	var queues, tiers []string
 	if rt != nil {
 		queues, tiers = rt.Settings.Queues, rt.Settings.Tiers
@@ -53,9 +55,6 @@ func build(_ *engine.BuildContext, params json.RawMessage) (engine.Node, error) 
 	cfg, err := parseParams(params, queues, tiers)
 	if err != nil {
 		return nil, err
-	}
-	if rt != nil {
-		rt.bound.Store(cfg)
 	}
 	return &Node{cfg: cfg, rt: rt}, nil
 }

@@ -1,12 +1,13 @@
 package asyncbroker
 
 import (
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/celflow/celflow/connectors/async"
+	"github.com/celflow/celflow/engine"
 )
 
 // Settings are the serve config's async keys the HTTP side needs.
@@ -38,19 +39,21 @@ func (s *Settings) defaults() {
 	}
 }
 
-// Runtime is the process's async machinery: the back end, its settings,
-// metrics, and (for GET/DELETE on the listener) the header names of the
-// live workflow's async-broker node. cmd/celflow builds it from the serve
-// config's `async` object and installs it before loading the workflow;
-// nodes built afterwards use it. Without one (validate, or no async
-// config), queued modes answer 503 ENQUEUE_FAILED.
+// ServiceName names the async runtime (*Runtime) in engine.Services: the
+// composition root lends it to the builds of every generation, and the
+// async-broker node takes it from its engine.BuildContext.
+const ServiceName = "async"
+
+// Runtime is the process's async machinery: the back end, its settings and
+// metrics. cmd/celflow builds it from the serve config's `async` object
+// (restart-only) and lends it to each workflow build as the service
+// ServiceName; it holds nothing that belongs to one workflow. Without one
+// (validate, or no async config), queued modes answer 503 ENQUEUE_FAILED.
 type Runtime struct {
 	Backend  async.Backend
 	Settings Settings
 	Metrics  *Metrics // nil: none
 	Log      *logrus.Logger
-
-	bound atomic.Pointer[config] // the live workflow's node params (headers)
 }
 
 // NewRuntime fills the settings' defaults.
@@ -62,21 +65,41 @@ func NewRuntime(b async.Backend, s Settings, m *Metrics, log *logrus.Logger) *Ru
 	return &Runtime{Backend: b, Settings: s, Metrics: m, Log: log}
 }
 
-var installed atomic.Pointer[Runtime]
+// Binding is what a workflow's async-broker node contributes to the HTTP
+// side: the header names that scope GET and DELETE /v1/requests/{id}. It
+// belongs to that workflow's generation: the composition root derives it
+// with BindingOf when it builds the generation and serves it next to the
+// workflow, swapped with it in one step, so a reload that is refused
+// changes nothing. Immutable; the nil *Binding is the defaults.
+type Binding struct{ cfg *config }
 
-// Install makes rt the runtime of nodes built from now on (nil removes it).
-func Install(rt *Runtime) { installed.Store(rt) }
-
-// Installed is the current runtime, nil when none.
-func Installed() *Runtime { return installed.Load() }
-
-// headers is the header config GET/DELETE read: the bound node's, else the
-// defaults.
-func (rt *Runtime) headers() *config {
-	if c := rt.bound.Load(); c != nil {
-		return c
+// BindingOf is the binding of w's async-broker node (the last one in
+// declaration order, should there be several), or the defaults when w is
+// nil or has none.
+func BindingOf(w *engine.Workflow) *Binding {
+	if w == nil {
+		return nil
 	}
+	var b *Binding
+	for _, n := range w.Built() {
+		if an, ok := n.(*Node); ok {
+			b = &Binding{cfg: an.cfg}
+		}
+	}
+	return b
+}
+
+// defaultHeaders is the header config of a node with no params.
+var defaultHeaders = sync.OnceValue(func() *config {
 	c, _ := parseParams(nil, nil, nil)
-	rt.bound.CompareAndSwap(nil, c)
-	return rt.bound.Load()
+	return c
+})
+
+// headers is the header config GET/DELETE read: the node's, else the
+// defaults.
+func (b *Binding) headers() *config {
+	if b == nil || b.cfg == nil {
+		return defaultHeaders()
+	}
+	return b.cfg
 }

@@ -63,7 +63,8 @@ func Build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 	if err := leg.Decode(raw, &p); err != nil {
 		return nil, err
 	}
-	n := &ConditionalDecode{client: b.Upstream, writeTimeout: b.WriteTimeout}
+	up, _ := engine.Service[*upstream.Client](b, engine.ServiceUpstream)
+	n := &ConditionalDecode{client: up, writeTimeout: b.WriteTimeout}
 	var errs engine.ParamErrors
 	add := func(err error) {
 		if pe, ok := err.(*engine.ParamError); ok {

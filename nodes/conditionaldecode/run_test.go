@@ -20,7 +20,7 @@ var tokens6 = engine.Tokens{Known: true, FromRender: true, IDs: []int64{1, 9000,
 
 func newNode(t *testing.T, c *upstream.Client, params string) *ConditionalDecode {
 	t.Helper()
-	n, err := Build(&engine.BuildContext{Upstream: c}, json.RawMessage(params))
+	n, err := Build(&engine.BuildContext{Services: engine.Services{engine.ServiceUpstream: c}}, json.RawMessage(params))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestBuild(t *testing.T) {
 		// ACCEPTANCE 29: a worker node with no decode target.
 		{`{}`, "", legtest.Direct(t, upstream.Config{Pools: map[upstream.Role][]upstream.Endpoint{upstream.RolePrefill: {{URL: "http://127.0.0.1:1"}}}})},
 	} {
-		_, err := Build(&engine.BuildContext{Upstream: tc.up}, json.RawMessage(tc.params))
+		_, err := Build(&engine.BuildContext{Services: engine.Services{engine.ServiceUpstream: tc.up}}, json.RawMessage(tc.params))
 		var pe *engine.ParamError
 		if !errors.As(err, &pe) || pe.Path != tc.path {
 			t.Errorf("%s: %v", tc.params, err)

@@ -51,7 +51,8 @@ func Build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 	if err := leg.Decode(raw, &p); err != nil {
 		return nil, err
 	}
-	n := &Decode{client: b.Upstream, aggregated: p.Aggregated, writeTimeout: b.WriteTimeout}
+	up, _ := engine.Service[*upstream.Client](b, engine.ServiceUpstream)
+	n := &Decode{client: up, aggregated: p.Aggregated, writeTimeout: b.WriteTimeout}
 	var errs engine.ParamErrors
 	add := func(err error) {
 		if pe, ok := err.(*engine.ParamError); ok {

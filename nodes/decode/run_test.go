@@ -17,7 +17,7 @@ import (
 
 func newNode(t *testing.T, c *upstream.Client, params string) *Decode {
 	t.Helper()
-	n, err := Build(&engine.BuildContext{Upstream: c}, json.RawMessage(params))
+	n, err := Build(&engine.BuildContext{Services: engine.Services{engine.ServiceUpstream: c}}, json.RawMessage(params))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestBuild(t *testing.T) {
 		{params: `{}`, path: "", up: onlyPrefill}, // ACCEPTANCE 29
 	} {
 		t.Setenv("SGLANG_BOOTSTRAP_PORT", tc.env)
-		_, err := Build(&engine.BuildContext{Upstream: tc.up}, json.RawMessage(tc.params))
+		_, err := Build(&engine.BuildContext{Services: engine.Services{engine.ServiceUpstream: tc.up}}, json.RawMessage(tc.params))
 		var pe *engine.ParamError
 		if !errors.As(err, &pe) || pe.Path != tc.path {
 			t.Errorf("%s: %v", tc.params, err)

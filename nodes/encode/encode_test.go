@@ -103,7 +103,7 @@ func buildNode(t testing.TB, gateway, extra string, d engine.Defaults) *Node {
 		t.Fatal(err)
 	}
 	nt, _ := engine.LookupType(TypeName)
-	n, err := nt.Build(&engine.BuildContext{Upstream: c, Defaults: d}, json.RawMessage(`{`+extra+`}`))
+	n, err := nt.Build(&engine.BuildContext{Services: engine.Services{engine.ServiceUpstream: c}, Defaults: d}, json.RawMessage(`{`+extra+`}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func TestEncodeBuild(t *testing.T) {
 	}
 	// ACCEPTANCE 29: an upstream without an encode target is a load error.
 	c, _ := upstream.New(upstream.Config{Pools: map[upstream.Role][]upstream.Endpoint{upstream.RoleDecode: {{URL: "http://127.0.0.1:9"}}}})
-	if _, err := nt.Build(&engine.BuildContext{Upstream: c}, nil); err == nil {
+	if _, err := nt.Build(&engine.BuildContext{Services: engine.Services{engine.ServiceUpstream: c}}, nil); err == nil {
 		t.Error("built without an encode target")
 	}
 	n, err := nt.Build(&engine.BuildContext{}, json.RawMessage(`{"format":"openai"}`))

@@ -67,7 +67,8 @@ func build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 			errs = append(errs, pe)
 		}
 	}
-	n := &Node{client: b.Upstream}
+	up, _ := engine.Service[*upstream.Client](b, engine.ServiceUpstream)
+	n := &Node{client: up}
 	var err error
 	n.ttfb, err = leg.Duration("/ttfb_timeout", p.TTFBTimeout, defaultTTFB)
 	add(err)

@@ -47,6 +47,9 @@ func newFetcher(cfg *config, lookup LookupFunc) *fetcher {
 	return f
 }
 
+// close drops the transport's idle connections (Node.Close).
+func (f *fetcher) close() { f.client.CloseIdleConnections() }
+
 // rejectError is media the client may not ask for (invalid_media).
 type rejectError struct{ msg string }
 

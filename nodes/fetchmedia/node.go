@@ -56,6 +56,16 @@ func New(params json.RawMessage, lookup LookupFunc) (*Node, error) {
 	return n, nil
 }
 
+// Close releases the node's transport: its idle connections to media hosts
+// (and to the media proxy) close now rather than at their idle timeout, so
+// a retired workflow keeps no sockets open. A request still running the
+// node goes on (its connection closes when it is done); Close is
+// idempotent. It implements engine.Closer.
+func (n *Node) Close() error {
+	n.fetch.close()
+	return nil
+}
+
 // Contract: fetch-media provides the media items; it calls no worker role.
 func (n *Node) Contract() engine.Contract {
 	return engine.Contract{Provides: []engine.Key{engine.KeyMedia}}
@@ -262,4 +272,7 @@ func errAt(k engine.Kind, d *download, msg string, cause error) *engine.Error {
 	return e
 }
 
-var _ engine.Node = (*Node)(nil)
+var (
+	_ engine.Node   = (*Node)(nil)
+	_ engine.Closer = (*Node)(nil)
+)

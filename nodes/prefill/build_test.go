@@ -48,7 +48,7 @@ func TestBuild(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("SGLANG_BOOTSTRAP_PORT", tc.env)
-			n, err := Build(&engine.BuildContext{Upstream: tc.up, Defaults: tc.defaults}, json.RawMessage(tc.params))
+			n, err := Build(&engine.BuildContext{Services: engine.Services{engine.ServiceUpstream: tc.up}, Defaults: tc.defaults}, json.RawMessage(tc.params))
 			if tc.ok {
 				if err != nil || n == nil {
 					t.Fatal(err)

@@ -68,7 +68,8 @@ func Build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 	if err := leg.Decode(raw, &p); err != nil {
 		return nil, err
 	}
-	n := &Prefill{client: b.Upstream}
+	up, _ := engine.Service[*upstream.Client](b, engine.ServiceUpstream)
+	n := &Prefill{client: up}
 	var errs engine.ParamErrors
 	add := func(err error) {
 		if err == nil {
@@ -140,7 +141,7 @@ func (n *Prefill) buildSGLang(b *engine.BuildContext, p params, kvPath string) e
 	switch p.Shape {
 	case ShapeConcurrent:
 		n.concurrent = true
-		if b.Upstream != nil && !(b.Upstream.Direct() && b.Upstream.HasRole(upstream.RolePrefill)) {
+		if up, _ := engine.Service[*upstream.Client](b, engine.ServiceUpstream); up != nil && !(up.Direct() && up.HasRole(upstream.RolePrefill)) {
 			return &engine.ParamError{Path: "/shape", Msg: "the concurrent kv-sglang shape needs a direct prefill pool: celflow must pick the prefill worker, a gateway cannot"}
 		}
 	case "", ShapeSequential:

@@ -14,7 +14,7 @@ import (
 
 func newNode(t *testing.T, c *upstream.Client, params string) *Prefill {
 	t.Helper()
-	n, err := Build(&engine.BuildContext{Upstream: c}, json.RawMessage(params))
+	n, err := Build(&engine.BuildContext{Services: engine.Services{engine.ServiceUpstream: c}}, json.RawMessage(params))
 	if err != nil {
 		t.Fatal(err)
 	}

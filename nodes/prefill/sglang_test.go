@@ -18,7 +18,7 @@ import (
 
 func node(t *testing.T, build func(*engine.BuildContext, json.RawMessage) (engine.Node, error), c *upstream.Client, params string) engine.Node {
 	t.Helper()
-	n, err := build(&engine.BuildContext{Upstream: c}, json.RawMessage(params))
+	n, err := build(&engine.BuildContext{Services: engine.Services{engine.ServiceUpstream: c}}, json.RawMessage(params))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,14 +50,15 @@ type Node struct {
 
 func build(b *engine.BuildContext, params json.RawMessage) (engine.Node, error) {
 	fallback := ""
-	if b.Upstream != nil {
-		fallback = b.Upstream.Render()
+	up, _ := engine.Service[*upstream.Client](b, engine.ServiceUpstream)
+	if up != nil {
+		fallback = up.Render()
 	}
-	cfg, err := parseParams(params, fallback, b.Upstream != nil)
+	cfg, err := parseParams(params, fallback, up != nil)
 	if err != nil {
 		return nil, err
 	}
-	return &Node{cfg: cfg, client: b.Upstream}, nil
+	return &Node{cfg: cfg, client: up}, nil
 }
 
 // Contract: render provides T and the items' features on every route; it

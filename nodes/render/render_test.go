@@ -59,7 +59,7 @@ func node(t testing.TB, address, extra string) *Node {
 	if !ok {
 		t.Fatal("render not registered")
 	}
-	n, err := nt.Build(&engine.BuildContext{Upstream: client(t)}, json.RawMessage(`{"address":"`+address+`"`+extra+`}`))
+	n, err := nt.Build(&engine.BuildContext{Services: engine.Services{engine.ServiceUpstream: client(t)}}, json.RawMessage(`{"address":"`+address+`"`+extra+`}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +352,7 @@ func TestRenderBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	for raw, msg := range bad {
-		_, err := nt.Build(&engine.BuildContext{Upstream: gw}, json.RawMessage(raw))
+		_, err := nt.Build(&engine.BuildContext{Services: engine.Services{engine.ServiceUpstream: gw}}, json.RawMessage(raw))
 		if err == nil || !strings.Contains(err.Error(), msg) {
 			t.Errorf("%s: %v", raw, err)
 		}
@@ -382,7 +382,7 @@ func TestRenderBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	for raw, want := range map[string]string{`{}`: "http://render:8100", `{"address":"http://own:1"}`: "http://own:1"} {
-		n, err := nt.Build(&engine.BuildContext{Upstream: withRender}, json.RawMessage(raw))
+		n, err := nt.Build(&engine.BuildContext{Services: engine.Services{engine.ServiceUpstream: withRender}}, json.RawMessage(raw))
 		if err != nil || n.(*Node).cfg.address != want {
 			t.Errorf("%s: address %v, %v; want %s", raw, n, err, want)
 		}

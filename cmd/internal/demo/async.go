@@ -13,6 +13,7 @@ import (
 
 	"github.com/celflow/celflow/connectors/async"
 	"github.com/celflow/celflow/connectors/async/redisproc"
+	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/front"
 	"github.com/celflow/celflow/engine/upstream"
 	"github.com/celflow/celflow/nodes/asyncbroker"
@@ -27,8 +28,8 @@ type asyncPart struct {
 	done chan struct{}
 }
 
-// newAsyncPart builds the builtin back end and installs its runtime, before
-// the workflow loads.
+// newAsyncPart builds the builtin back end and its runtime, which the
+// workflow's build gets as a service.
 func newAsyncPart(url string) (*asyncPart, error) {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
@@ -42,17 +43,27 @@ func newAsyncPart(url string) (*asyncPart, error) {
 	}
 	rt := asyncbroker.NewRuntime(b, asyncbroker.Settings{Queues: b.Config().Queues, Tiers: b.Config().Lanes,
 		PollInterval: 100 * time.Millisecond}, nil, nil)
-	asyncbroker.Install(rt)
 	return &asyncPart{rdb: rdb, b: b, rt: rt}, nil
 }
 
-func (a *asyncPart) routes() []front.Route {
+// services lend the runtime to the workflow's build (nil: no async).
+func (a *asyncPart) services() engine.Services {
 	if a == nil {
 		return nil
 	}
+	return engine.Services{asyncbroker.ServiceName: a.rt}
+}
+
+// routes serve GET and DELETE scoped by b, the workflow's binding (the
+// demo never reloads).
+func (a *asyncPart) routes(b *asyncbroker.Binding) []front.Route {
+	if a == nil {
+		return nil
+	}
+	bind := func(*http.Request) *asyncbroker.Binding { return b }
 	return []front.Route{
-		{Path: asyncbroker.PathRequests, Methods: []string{"GET"}, Handler: a.rt.GetHandler(front.PathVar)},
-		{Path: asyncbroker.PathRequests, Methods: []string{"DELETE"}, Handler: a.rt.DeleteHandler(front.PathVar)},
+		{Path: asyncbroker.PathRequests, Methods: []string{"GET"}, Handler: a.rt.GetHandler(front.PathVar, bind)},
+		{Path: asyncbroker.PathRequests, Methods: []string{"DELETE"}, Handler: a.rt.DeleteHandler(front.PathVar, bind)},
 	}
 }
 
@@ -76,7 +87,6 @@ func (a *asyncPart) close() {
 		a.stop()
 		<-a.done
 	}
-	asyncbroker.Install(nil)
 	a.b.Close()
 	a.rdb.Close()
 }

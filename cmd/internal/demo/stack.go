@@ -16,6 +16,7 @@ import (
 	"github.com/celflow/celflow/engine/config"
 	"github.com/celflow/celflow/engine/front"
 	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/nodes/asyncbroker"
 )
 
 // StackOptions configure an in-process stack.
@@ -129,7 +130,7 @@ func Start(opts StackOptions) (st *Stack, err error) {
 		return nil, err
 	}
 	srvDefaults := config.Defaults().Server
-	wf, ds := engine.Load(opts.Workflow, src, engine.LoadOptions{Upstream: client, WriteTimeout: srvDefaults.WriteTimeout})
+	wf, ds := engine.Load(opts.Workflow, src, engine.LoadOptions{Upstream: client, Services: st.async.services(), WriteTimeout: srvDefaults.WriteTimeout})
 	if wf == nil {
 		return nil, fmt.Errorf("workflow %s does not load:\n%s", opts.Workflow, ds.String())
 	}
@@ -154,7 +155,7 @@ func Start(opts StackOptions) (st *Stack, err error) {
 		WriteTimeout: srvDefaults.WriteTimeout,
 		// In-process and on loopback: no load balancer to drain from.
 		DrainDelay: 0, ShutdownTimeout: 5 * time.Second,
-		Routes: st.async.routes(),
+		Routes: st.async.routes(asyncbroker.BindingOf(wf)),
 	})
 	if st.async != nil {
 		st.async.start(fr.Handler(), client)

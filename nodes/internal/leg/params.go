@@ -72,7 +72,7 @@ func TokensIn(format string, b *engine.BuildContext) (bool, error) {
 // RequireRole fails the build when an upstream client is given and has no
 // target for role (ACCEPTANCE 29). A nil client (validate-only) passes.
 func RequireRole(b *engine.BuildContext, role upstream.Role) error {
-	if b.Upstream == nil || b.Upstream.HasRole(role) {
+	if up, _ := engine.Service[*upstream.Client](b, engine.ServiceUpstream); up == nil || up.HasRole(role) {
 		return nil
 	}
 	return &engine.ParamError{Msg: fmt.Sprintf("no %s target: the upstream section has neither a gateway nor a %s pool", role, role)}
