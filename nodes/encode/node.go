@@ -16,6 +16,7 @@ import (
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/jsonb"
 	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/nodes/internal/handoff"
 	"github.com/celflow/celflow/nodes/internal/leg"
 )
 
@@ -97,7 +98,7 @@ func build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 func (n *Node) Contract() engine.Contract {
 	return engine.Contract{
 		Needs:    []engine.Need{{Key: engine.KeyFeatures}},
-		Provides: []engine.Key{engine.KeyEC},
+		Provides: []engine.AnyKey{handoff.EC},
 		Role:     string(upstream.RoleEncode),
 	}
 }
@@ -108,8 +109,11 @@ type replies struct {
 	by map[int]ec.Params
 }
 
+// repliesKey holds each encode node's replies on the run (scope: node id).
+var repliesKey = engine.NewKey[*replies]("encode.replies")
+
 func (n *Node) store(x *engine.Exec) *replies {
-	return x.Run.Shared("encode/"+x.NodeID, func() any { return &replies{by: map[int]ec.Params{}} }).(*replies)
+	return repliesKey.GetOrMakeIn(x.Run, x.NodeID, func() *replies { return &replies{by: map[int]ec.Params{}} })
 }
 
 // item is the media item of this execution: the engine hands the run's
@@ -192,7 +196,7 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 }
 
 // Merge hands the items' ec_transfer_params to the EC connector in item
-// order (not arrival order) and records the result as State.EC.
+// order (not arrival order) and records the result as handoff.EC.
 func (n *Node) Merge(_ context.Context, x *engine.Exec, items []engine.Result) engine.Result {
 	s := n.store(x)
 	s.mu.Lock()
@@ -207,8 +211,9 @@ func (n *Node) Merge(_ context.Context, x *engine.Exec, items []engine.Result) e
 			leg.Log(x).WithField("item", k).Warn("encoder reply carried no ec_transfer_params; prefill will not get this item's descriptor")
 		}
 	}
-	x.Run.State.EC = n.ec.Merge(rs)
-	return engine.Result{Attrs: map[string]any{"celflow.ec.connector": n.ec.Name(), "celflow.ec.bytes": len(x.Run.State.EC)}}
+	merged := n.ec.Merge(rs)
+	handoff.EC.Set(x.Run, merged)
+	return engine.Result{Attrs: map[string]any{"celflow.ec.connector": n.ec.Name(), "celflow.ec.bytes": len(merged)}}
 }
 
 var (

@@ -58,7 +58,7 @@ func New(params json.RawMessage, lookup LookupFunc) (*Node, error) {
 
 // Contract: fetch-media provides the media items; it calls no worker role.
 func (n *Node) Contract() engine.Contract {
-	return engine.Contract{Provides: []engine.Key{engine.KeyMedia}}
+	return engine.Contract{Provides: []engine.AnyKey{engine.KeyMedia}}
 }
 
 // download is one distinct remote URL of a request (identical URLs of one

@@ -63,7 +63,7 @@ func build(b *engine.BuildContext, params json.RawMessage) (engine.Node, error) 
 // Contract: render provides T and the items' features on every route; it
 // calls its own service, not a worker role.
 func (n *Node) Contract() engine.Contract {
-	return engine.Contract{Provides: []engine.Key{engine.KeyTokens, engine.KeyFeatures}}
+	return engine.Contract{Provides: []engine.AnyKey{engine.KeyTokens, engine.KeyFeatures}}
 }
 
 // Run implements engine.Node.

@@ -79,6 +79,10 @@ func pool(x *engine.Exec) string {
 	return x.Target.Pool
 }
 
+// triedKey holds, per node and fan-out item (the key's scope), the
+// endpoints its attempts were sent to.
+var triedKey = engine.NewKey[*tried]("leg.tried")
+
 // tried is the endpoints one node's attempts were sent to in one run.
 type tried struct {
 	mu   sync.Mutex
@@ -92,7 +96,7 @@ func PickFor(x *engine.Exec, c *upstream.Client, role upstream.Role) (*upstream.
 	if !c.Direct() || x.Run == nil {
 		return pick(c, role, pool(x), nil)
 	}
-	tr := x.Run.Shared("leg.tried/"+x.NodeID+"/"+strconv.Itoa(x.Index), func() any { return &tried{} }).(*tried)
+	tr := triedKey.GetOrMakeIn(x.Run, x.NodeID+"/"+strconv.Itoa(x.Index), func() *tried { return &tried{} })
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	var exclude []string
