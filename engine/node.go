@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/celflow/celflow/engine/jsonb"
-	"github.com/celflow/celflow/engine/mm"
 	"github.com/celflow/celflow/engine/upstream"
 )
 
@@ -263,14 +262,6 @@ type State struct {
 	Media  []MediaItem // items in order of appearance (fetch-media, render, generate entry)
 	Tokens Tokens      // T
 }
-
-// MediaItem is one media part of the request, and Tokens the prompt's token
-// ids when known. Both are defined in engine/mm, which parses them from
-// bodies and replies; the engine core holds them in State.
-type (
-	MediaItem = mm.MediaItem
-	Tokens    = mm.Tokens
-)
 
 // BuildContext is what a node type's Build gets from the compiler.
 type BuildContext struct {
