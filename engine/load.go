@@ -18,6 +18,9 @@ type LoadOptions struct {
 	// validate-only: node types skip "has a target" checks (validate,
 	// explain, test and graph load this way).
 	Upstream *upstream.Client
+	// Pools is what target rules' pools are checked against (serve,
+	// validate --config); nil falls back to Upstream.
+	Pools Pools
 	// WriteTimeout is the server's write_timeout, passed to BuildContext.
 	WriteTimeout time.Duration
 }

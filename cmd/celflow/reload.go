@@ -46,7 +46,7 @@ func load(path string, getenv func(string) string, m *metrics.Metrics, reuse *ge
 		up.OnLeg = m.UpstreamHook()
 		up.SetHealthHook(m.HealthHook())
 	}
-	opts := engine.LoadOptions{Upstream: up, WriteTimeout: cfg.Server.WriteTimeout}
+	opts := engine.LoadOptions{Upstream: up, Pools: up, WriteTimeout: cfg.Server.WriteTimeout}
 	var wf *engine.Workflow
 	if cfg.Workflow.Inline != nil {
 		wf, ds = engine.LoadDoc(cfg.Workflow.Inline, opts)
