@@ -85,37 +85,28 @@ func (n *Decode) send(ctx context.Context, x *engine.Exec, in *bodyIn, s *leg.SG
 		res.Err = e
 		return res
 	}
-	t, e := leg.PickFor(x, n.client, upstream.RoleDecode)
-	if e != nil {
+	ready := handoff.KV.Value(x.Run).ReadyAt
+	resp, t, e := leg.Call{Role: upstream.RoleDecode, Path: x.Run.Req.Route.Path(), Body: body, TTFB: n.ttfb,
+		Prepare: func(l *upstream.Leg) {
+			l.Relay = true
+			// Hand-over time (FIELD-NOTES 6, PERFORMANCE.md): from prefill's
+			// answer to this request being handed to the transport; what
+			// follows until decode's first byte is the worker's
+			// (celflow.ttfb_ms).
+			if !ready.IsZero() {
+				h := time.Since(ready)
+				if res.Outputs == nil {
+					res.Outputs = make(map[string]any, 1)
+				}
+				res.Outputs["handover"] = h
+				res.Attrs["celflow.handover_ms"] = float64(h.Microseconds()) / 1000
+			}
+		}}.Send(ctx, x, n.client, &res)
+	if t == nil {
 		res.Err = e
 		return res
 	}
-	l := leg.NewLeg(x, upstream.RoleDecode, x.Run.Req.Route.Path(), body, n.ttfb)
-	l.Relay = true
-	for k, v := range leg.Attrs(t, l) {
-		res.Attrs[k] = v
-	}
-	// Hand-over time (FIELD-NOTES 6, PERFORMANCE.md): from prefill's answer
-	// to this request being handed to the transport; what follows until
-	// decode's first byte is the worker's (celflow.ttfb_ms).
-	if ready := handoff.KV.Value(x.Run).ReadyAt; !ready.IsZero() {
-		h := time.Since(ready)
-		if res.Outputs == nil {
-			res.Outputs = make(map[string]any, 1)
-		}
-		res.Outputs["handover"] = h
-		res.Attrs["celflow.handover_ms"] = float64(h.Microseconds()) / 1000
-	}
-	resp, e := leg.Send(ctx, x, n.client, t.Base, l)
-	t.Done(leg.Failed(resp, e))
-	if resp != nil {
-		res.HTTPStatus = resp.StatusCode
-		res.Attrs["http.response.status_code"] = resp.StatusCode
-	}
 	if e != nil {
-		if resp != nil {
-			res.Header = resp.Header // for edges: response.headers
-		}
 		if s != nil {
 			if pe := s.PrefillErr(); pe != nil { // prefill failed first: its error wins
 				e = pe

@@ -159,21 +159,13 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 		e := engine.Errorf(engine.KindUpstreamProtocol, "cannot build the encoder request: %v", err)
 		return engine.Result{Err: e}
 	}
-	target, e := leg.PickFor(x, n.client, upstream.RoleEncode)
-	if e != nil {
+	var sent engine.Result
+	resp, target, e := leg.Call{Role: upstream.RoleEncode, Path: path, Body: body, TTFB: n.ttfb, Bounds: n.body}.Send(ctx, x, n.client, &sent)
+	if target == nil {
 		return engine.Result{Err: e}
 	}
-	l := leg.NewLeg(x, upstream.RoleEncode, path, body, n.ttfb)
-	n.body.Apply(l)
-	resp, e := leg.Send(ctx, x, n.client, target.Base, l)
-	target.Done(leg.Failed(resp, e))
-	attrs := leg.Attrs(target, l)
+	attrs, status := sent.Attrs, sent.HTTPStatus
 	attrs["celflow.media.hash"] = it.Hash
-	status := 0
-	if resp != nil {
-		status = resp.StatusCode
-		attrs["http.response.status_code"] = status
-	}
 	if e != nil {
 		return engine.Result{HTTPStatus: status, Err: e, Attrs: attrs}
 	}

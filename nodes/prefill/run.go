@@ -89,20 +89,10 @@ func (n *Prefill) send(ctx context.Context, x *engine.Exec, t *upstream.Target, 
 		t.Done(false)
 		return nil, leg.Fail(0, e)
 	}
-	l := leg.NewLeg(x, upstream.RolePrefill, path, body, n.ttfb)
-	n.body.Apply(l)
-	res := engine.Result{Attrs: leg.Attrs(t, l)}
+	var res engine.Result
+	resp, _, e := leg.Call{Role: upstream.RolePrefill, Path: path, Body: body, TTFB: n.ttfb, Bounds: n.body, Target: t}.Send(ctx, x, n.client, &res)
 	res.Attrs["celflow.kv_connector"] = n.kv.Name()
-	resp, e := leg.Send(ctx, x, n.client, t.Base, l)
-	t.Done(leg.Failed(resp, e))
-	if resp != nil {
-		res.HTTPStatus = resp.StatusCode
-		res.Attrs["http.response.status_code"] = resp.StatusCode
-	}
 	if e != nil {
-		if resp != nil {
-			res.Header = resp.Header // for edges: response.headers
-		}
 		res.Err = e
 		return nil, res
 	}
