@@ -190,11 +190,6 @@ type Run struct {
 	Req      *Request
 	State    State
 	Deadline time.Time // zero when request_timeout is off
-	// LegHeader are server-owned headers stamped on every worker leg after
-	// the client's headers were filtered (the async broker's objective and
-	// fairness id). A node sets it before any leg is built (it runs first);
-	// read-only afterwards. Nil for none.
-	LegHeader http.Header
 	// Slot is the admission slot the request holds (nil: none). A node that
 	// only waits for work done elsewhere — the async broker's wait mode,
 	// whose queued run needs capacity of its own — releases it first, so
