@@ -43,3 +43,26 @@ func TestKeyValues(t *testing.T) {
 		t.Fatal("hasKey compares names")
 	}
 }
+
+// BenchmarkKeys is what one prefill → decode run does with keys: a handoff
+// set and read, a per-node scoped value made and found again.
+func BenchmarkKeys(b *testing.B) {
+	kv := NewKey[struct {
+		ran    bool
+		params []byte
+	}]("kv")
+	tried := NewKey[*[]string]("tried")
+	req := &Request{Route: RouteChat}
+	b.ReportAllocs()
+	for b.Loop() {
+		r := NewRun(context.Background(), req, nil)
+		kv.Set(r, struct {
+			ran    bool
+			params []byte
+		}{ran: true})
+		_ = kv.Value(r).ran
+		mk := func() *[]string { return new([]string) }
+		_ = tried.GetOrMakeIn(r, "decode/-1", mk)
+		_ = tried.GetOrMakeIn(r, "decode/-1", mk)
+	}
+}
