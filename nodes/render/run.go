@@ -7,6 +7,7 @@ import (
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/jsonb"
 	"github.com/celflow/celflow/engine/mm"
+	"github.com/celflow/celflow/engine/upstream"
 	"github.com/celflow/celflow/nodes/internal/leg"
 )
 
@@ -75,23 +76,15 @@ func (n *Node) call(ctx context.Context, x *engine.Exec, path string, body []byt
 	if n.client == nil {
 		return nil, engine.Result{Err: engine.Errorf(engine.KindInternal, "render was built without an upstream client")}
 	}
-	l := leg.NewLeg(x, "", path, jsonb.Raw(body), n.cfg.ttfb)
-	n.cfg.body.Apply(l)
-	attrs := map[string]any{
-		"celflow.upstream.url": n.cfg.address + path,
-		"celflow.bytes_out":    l.Length,
-	}
+	// Render's own service, not a worker pool: the target is its address
+	// (no role, no endpoint health).
+	var sent engine.Result
 	start := time.Now()
-	resp, e := leg.Send(ctx, x, n.client, n.cfg.address, l)
-	if resp != nil {
-		attrs["http.response.status_code"] = resp.StatusCode
-	}
+	resp, _, e := leg.Call{Path: path, Body: jsonb.Raw(body), TTFB: n.cfg.ttfb, Bounds: n.cfg.body,
+		Target: &upstream.Target{Base: n.cfg.address}}.Send(ctx, x, n.client, &sent)
+	attrs := sent.Attrs
 	if e != nil {
-		status := 0
-		if resp != nil {
-			status = resp.StatusCode
-		}
-		return nil, engine.Result{HTTPStatus: status, Err: e, Attrs: attrs}
+		return nil, engine.Result{HTTPStatus: sent.HTTPStatus, Err: e, Attrs: attrs}
 	}
 	attrs[string(leg.AttrTTFB)] = float64(time.Since(start).Microseconds()) / 1000
 	// Read, not ReadJSON: the mm parsers scan the reply anyway (a 50k-id
