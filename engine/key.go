@@ -145,7 +145,11 @@ func (k *stateKey) Name() string         { return k.name }
 func (k *stateKey) String() string       { return k.name }
 func (k *stateKey) meet() bool           { return false }
 func (k *stateKey) stub(r *Run, p Probe) { k.stubFn(r, p) }
-func sameKey(a, b AnyKey) bool           { return a != nil && b != nil && a.Name() == b.Name() }
+
+// sameKey compares keys as the compiler does: by name.
+func sameKey(a, b AnyKey) bool { return a != nil && b != nil && a.Name() == b.Name() }
+
+// hasKey reports whether ks names k.
 func hasKey(ks []AnyKey, k AnyKey) bool {
 	for _, x := range ks {
 		if sameKey(x, k) {

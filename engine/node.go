@@ -25,6 +25,10 @@ type Need struct {
 
 // Contract is what a built node declares to the compiler.
 type Contract struct {
+	// Needs and Provides name per-request data by key: the core's own
+	// (KeyMedia, KeyTokens, KeyFeatures, in State) or a Key[T] declared by
+	// the package that owns the data. The dataflow check compares keys by
+	// name.
 	Needs    []Need
 	Provides []AnyKey
 	// Responds: the node may answer the client; once it has, the run ends.
