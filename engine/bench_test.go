@@ -11,6 +11,12 @@ import (
 	"github.com/celflow/celflow/engine"
 )
 
+// The benchmark's own keys: names are identities, types are the nodes'.
+var (
+	benchKV = engine.NewKey[struct{}]("kv")
+	benchEC = engine.NewKey[struct{}]("ec")
+)
+
 // Benchmark node types: no logging, no allocation of their own.
 type benchNode struct {
 	c   engine.Contract
@@ -33,17 +39,17 @@ var benchOnce sync.Once
 func registerBench() {
 	benchOnce.Do(func() {
 		for name, n := range map[string]*benchNode{
-			"b-fetch":   {c: engine.Contract{Provides: []engine.Key{engine.KeyMedia}}},
-			"b-render":  {c: engine.Contract{Provides: []engine.Key{engine.KeyTokens, engine.KeyFeatures}}},
+			"b-fetch":   {c: engine.Contract{Provides: []engine.AnyKey{engine.KeyMedia}}},
+			"b-render":  {c: engine.Contract{Provides: []engine.AnyKey{engine.KeyTokens, engine.KeyFeatures}}},
 			"b-cond":    {c: engine.Contract{Responds: true}, res: engine.Result{HTTPStatus: 412, Err: miss412}},
-			"b-prefill": {c: engine.Contract{Provides: []engine.Key{engine.KeyKV}, Needs: []engine.Need{{Key: engine.KeyTokens, Routes: []engine.Route{engine.RouteChat}}}}},
+			"b-prefill": {c: engine.Contract{Provides: []engine.AnyKey{benchKV}, Needs: []engine.Need{{Key: engine.KeyTokens, Routes: []engine.Route{engine.RouteChat}}}}},
 			"b-decode":  {c: engine.Contract{Responds: true, Terminal: true}},
 		} {
 			n := n
 			engine.Register(engine.NodeType{Name: name, Build: func(*engine.BuildContext, json.RawMessage) (engine.Node, error) { return n, nil }})
 		}
 		engine.Register(engine.NodeType{Name: "b-encode", FanOut: true, Build: func(*engine.BuildContext, json.RawMessage) (engine.Node, error) {
-			return &benchNode{c: engine.Contract{Needs: []engine.Need{{Key: engine.KeyMedia}}, Provides: []engine.Key{engine.KeyEC}}}, nil
+			return &benchNode{c: engine.Contract{Needs: []engine.Need{{Key: engine.KeyMedia}}, Provides: []engine.AnyKey{benchEC}}}, nil
 		}})
 	})
 }

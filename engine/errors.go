@@ -8,7 +8,6 @@ import (
 	"strconv"
 
 	"github.com/celflow/celflow/engine/jsonb"
-	"github.com/celflow/celflow/engine/mm"
 )
 
 // Kind is the small closed set of error kinds celflow returns (PROTOCOL 12).
@@ -163,7 +162,7 @@ func AsError(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
-	if e := fromLower(err); e != nil {
+	if e := fromDomain(err); e != nil {
 		return e
 	}
 	switch {
@@ -296,19 +295,28 @@ func DuplicateKey(path string, cause error) *Error {
 		Msg: "request body has a duplicate member name: " + path + " appears twice in one object; send each member once"}
 }
 
-// fromLower classifies the errors of the packages below the engine core:
-// mm's rejections and jsonb's duplicate member names.
-func fromLower(err error) *Error {
-	var me *mm.Error
-	if errors.As(err, &me) {
-		k := KindInvalidRequest
-		switch me.Kind {
-		case mm.NotJSON:
-			k = KindInvalidJSON
-		case mm.BadReply:
-			k = KindUpstreamProtocol
+// Classified is implemented by a domain error that knows what it means to
+// the client (engine/mm's rejections, a connector's protocol errors): the
+// core classifies through it instead of knowing the packages above it.
+// AsError takes the outermost one in the chain (errors.As), so a package may
+// wrap another's classified error in its own.
+type Classified interface {
+	error
+	// EngineError is the error as the engine reports it; a new *Error each
+	// call (the engine fills Node and Item).
+	EngineError() *Error
+}
+
+// fromDomain classifies errors the core does not define: a Classified
+// error, or jsonb's duplicate member name. jsonb lies below the core (it
+// cannot name *Error), and is the core's own body format, so the core knows
+// its one error type.
+func fromDomain(err error) *Error {
+	var c Classified
+	if errors.As(err, &c) {
+		if e := c.EngineError(); e != nil {
+			return e
 		}
-		return &Error{Kind: k, Item: -1, Msg: me.Msg, Cause: me.Cause}
 	}
 	var dup *jsonb.DuplicateKeyError
 	if errors.As(err, &dup) {

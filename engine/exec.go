@@ -340,7 +340,10 @@ func retryable(e *Error) bool {
 }
 
 // backoff is the wait before attempt number done+1: backoff·2^(done-1),
-// capped at max_backoff, with full jitter when enabled.
+// capped at max_backoff. With jitter it is "equal jitter": half the delay
+// plus a uniform draw over the other half (d/2 + rand[0, d/2]), so a retry
+// never comes sooner than half the nominal wait (full jitter would draw
+// over all of [0, d]).
 func backoff(p retryPolicy, done int) time.Duration {
 	d := p.backoff
 	for k := 1; k < done && d < p.maxBackoff; k++ {

@@ -220,21 +220,12 @@ func (s *stub) Run(ctx context.Context, x *Exec) Result {
 	return Result{HTTPStatus: status}
 }
 
+// effects does what the node's provided keys say a real node would leave
+// in the run; each key knows its own stub (Key.Stub), so the core needs no
+// knowledge of what nodes hand each other.
 func (s *stub) effects(r *Run) {
 	for _, k := range s.c.Provides {
-		switch k {
-		case KeyMedia:
-			r.State.Media = scanMedia(s.p.Route, s.p.Body)
-		case KeyTokens:
-			r.State.Tokens = stubTokens(s.p)
-		case KeyFeatures:
-			for i := range r.State.Media {
-				r.State.Media[i].Hash = "h" + strconv.Itoa(i)
-				r.State.Media[i].HasFeatures = true
-			}
-		case KeyKV:
-			r.State.KV.PrefillRan = true
-		}
+		k.stub(r, s.p)
 	}
 }
 

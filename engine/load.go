@@ -5,24 +5,29 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"os"
+	"reflect"
 	"sync"
 	"time"
 
-	"github.com/celflow/celflow/engine/upstream"
 	"github.com/celflow/celflow/schema"
 )
 
 // LoadOptions carries what node types need to build.
 type LoadOptions struct {
-	// Upstream is the client worker nodes send legs through; nodes read it
-	// as the service ServiceUpstream. nil means validate-only: node types
-	// skip "has a target" checks (validate, explain, test and graph load
-	// this way).
-	Upstream *upstream.Client
+	// Upstream is the client worker nodes send legs through (the serve
+	// config's *upstream.Client: the core names no worker type, it only
+	// checks target rules' pools against it); nodes read it as the service
+	// ServiceUpstream. nil (or a nil pointer) means validate-only: node
+	// types skip "has a target" checks (validate, explain, test and graph
+	// load this way).
+	Upstream Pools
 	// Services are the other services the composition root lends this
 	// build's nodes (the async runtime...), by name; see BuildContext.
 	// Upstream, when set, takes the name ServiceUpstream.
 	Services Services
+	// Pools is what target rules' pools are checked against (serve,
+	// validate --config); nil falls back to Upstream.
+	Pools Pools
 	// WriteTimeout is the server's write_timeout, passed to BuildContext.
 	WriteTimeout time.Duration
 }
@@ -34,10 +39,21 @@ func (o *LoadOptions) services() Services {
 	for k, v := range o.Services {
 		svc[k] = v
 	}
-	if o.Upstream != nil {
-		svc[ServiceUpstream] = o.Upstream
+	if up := o.upstream(); up != nil {
+		svc[ServiceUpstream] = up
 	}
 	return svc
+}
+
+// upstream is o.Upstream, nil for a nil interface or a nil pointer in it.
+func (o *LoadOptions) upstream() Pools {
+	if o.Upstream == nil {
+		return nil
+	}
+	if v := reflect.ValueOf(o.Upstream); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil
+	}
+	return o.Upstream
 }
 
 // Defaults that apply when the workflow says nothing.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -21,16 +22,19 @@ import (
 // the other routes.
 func (c *compiler) dataflow(g *graph.Graph, order []int, anc []graph.Set) {
 	nodes := c.w.nodes
-	bits := map[Key]uint64{}
-	bit := func(k Key) uint64 {
-		if b, ok := bits[k]; ok {
+	// A key's name is its identity: two declarations of one name are the
+	// same data to the check.
+	bits := map[string]uint64{}
+	keys := map[string]AnyKey{}
+	bit := func(k AnyKey) uint64 {
+		if b, ok := bits[k.Name()]; ok {
 			return b
 		}
 		if len(bits) == 64 {
 			return 0
 		}
 		b := uint64(1) << len(bits)
-		bits[k] = b
+		bits[k.Name()], keys[k.Name()] = b, k
 		return b
 	}
 	entryGenerate := bit(KeyTokens) | bit(KeyFeatures) | bit(KeyMedia)
@@ -42,14 +46,14 @@ func (c *compiler) dataflow(g *graph.Graph, order []int, anc []graph.Set) {
 	}
 	type miss struct {
 		node   int
-		key    Key
+		key    AnyKey
 		routes []string
 		path   []int
 	}
 	var misses []*miss
-	find := func(i int, k Key) *miss {
+	find := func(i int, k AnyKey) *miss {
 		for _, m := range misses {
-			if m.node == i && m.key == k {
+			if m.node == i && sameKey(m.key, k) {
 				return m
 			}
 		}
@@ -118,11 +122,17 @@ func (c *compiler) dataflow(g *graph.Graph, order []int, anc []graph.Set) {
 			quote(nodes[m.node].id), m.key, route, m.key, strings.Join(names, " → "), c.providers(m.key))
 	}
 	c.wanted(anc)
-	// Two writers of one key must be ordered, or they race on the run state.
-	for k := range bits {
+	// Two writers of one key must be ordered, or they race on the run state;
+	// a rendezvous key is made by whichever of its unordered providers runs
+	// first (Key.Meet), so it may have several.
+	for _, name := range slices.Sorted(maps.Keys(keys)) {
+		k := keys[name]
+		if k.meet() {
+			continue
+		}
 		var ps []int
 		for i, n := range nodes {
-			if slices.Contains(n.contract.Provides, k) {
+			if hasKey(n.contract.Provides, k) {
 				ps = append(ps, i)
 			}
 		}
@@ -138,10 +148,10 @@ func (c *compiler) dataflow(g *graph.Graph, order []int, anc []graph.Set) {
 }
 
 // providers names the nodes that provide k, for the dataflow message.
-func (c *compiler) providers(k Key) string {
+func (c *compiler) providers(k AnyKey) string {
 	var ps []string
 	for _, n := range c.w.nodes {
-		if slices.Contains(n.contract.Provides, k) {
+		if hasKey(n.contract.Provides, k) {
 			ps = append(ps, quote(n.id))
 		}
 	}
@@ -163,12 +173,12 @@ func (c *compiler) wanted(anc []graph.Set) {
 				if !c.w.routes[r] || (len(w.Routes) > 0 && !slices.Contains(w.Routes, r)) {
 					continue
 				}
-				if r == RouteGenerate && (w.Key == KeyTokens || w.Key == KeyFeatures || w.Key == KeyMedia) {
+				if r == RouteGenerate && (sameKey(w.Key, KeyTokens) || sameKey(w.Key, KeyFeatures) || sameKey(w.Key, KeyMedia)) {
 					continue // the front parses a generate body's tokens and features at entry
 				}
 				provided := false
 				for j, p := range c.w.nodes {
-					if anc[i].Has(j) && slices.Contains(p.contract.Provides, w.Key) && p.when.OnRoute(r.String()) != celenv.False {
+					if anc[i].Has(j) && hasKey(p.contract.Provides, w.Key) && p.when.OnRoute(r.String()) != celenv.False {
 						provided = true
 						break
 					}
@@ -214,7 +224,7 @@ func (c *compiler) tokenReads(anc []graph.Set) {
 				}
 				provided := false
 				for j, p := range c.w.nodes {
-					if anc[i].Has(j) && slices.Contains(p.contract.Provides, KeyTokens) && p.when.OnRoute(r.String()) != celenv.False {
+					if anc[i].Has(j) && hasKey(p.contract.Provides, KeyTokens) && p.when.OnRoute(r.String()) != celenv.False {
 						provided = true
 						break
 					}

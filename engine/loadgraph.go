@@ -168,9 +168,9 @@ func (c *compiler) reads(anc []graph.Set) {
 		}
 		for _, k := range []struct {
 			on   bool
-			keys []Key
+			keys []AnyKey
 			name string
-		}{{x.ReadsMedia, []Key{KeyMedia, KeyFeatures}, "media"}, {x.ReadsTokens, []Key{KeyTokens}, "tokens"}} {
+		}{{x.ReadsMedia, []AnyKey{KeyMedia, KeyFeatures}, "media"}, {x.ReadsTokens, []AnyKey{KeyTokens}, "tokens"}} {
 			if !k.on {
 				continue
 			}
@@ -196,10 +196,10 @@ func (c *compiler) reads(anc []graph.Set) {
 	}
 }
 
-func providesAny(ct Contract, ks []Key) bool {
+func providesAny(ct Contract, ks []AnyKey) bool {
 	for _, p := range ct.Provides {
 		for _, k := range ks {
-			if p == k {
+			if sameKey(p, k) {
 				return true
 			}
 		}

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/celflow/celflow/engine"
@@ -8,8 +9,9 @@ import (
 	"github.com/celflow/celflow/engine/mm"
 )
 
-// The packages below the core (mm, jsonb) return their own errors; AsError
-// gives each its kind, so a node can return them as they are.
+// Domain packages (mm, jsonb) return their own errors; AsError gives each
+// its kind (mm's through engine.Classified), so a node can return them as
+// they are, wrapped or not.
 func TestAsErrorLower(t *testing.T) {
 	_, dupErr := jsonb.Parse([]byte(`{"a":{"b":1,"b":2}}`))
 	for _, tc := range []struct {
@@ -21,6 +23,8 @@ func TestAsErrorLower(t *testing.T) {
 		{&mm.Error{Kind: mm.NotJSON, Msg: "x"}, engine.KindInvalidJSON, ""},
 		{&mm.Error{Kind: mm.BadReply, Msg: "x", Cause: dupErr}, engine.KindUpstreamProtocol, ""},
 		{dupErr, engine.KindDuplicateKey, "a.b"},
+		{fmt.Errorf("render: %w", &mm.Error{Kind: mm.BadReply, Msg: "x"}), engine.KindUpstreamProtocol, ""},
+		{fmt.Errorf("body: %w", dupErr), engine.KindDuplicateKey, "a.b"},
 	} {
 		e := engine.AsError(tc.err)
 		if e.Kind != tc.kind || e.Param != tc.param {

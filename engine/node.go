@@ -7,40 +7,29 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/celflow/celflow/engine/jsonb"
-	"github.com/celflow/celflow/engine/mm"
-)
-
-// Key names a piece of per-request data that node types provide and need.
-// The compiler's dataflow check proves, for every route a workflow serves,
-// that each need is provided on every path into the node.
-type Key string
-
-// The well-known data keys. The front provides KeyTokens and KeyFeatures for
-// the generate route (PROTOCOL 1.5); everything else comes from nodes.
-const (
-	KeyMedia    Key = "media"    // State.Media: items found in the body (fetch-media)
-	KeyTokens   Key = "tokens"   // State.Tokens: the prompt's token ids T (render, generate entry)
-	KeyFeatures Key = "features" // per-item hash/placeholder/kwargs (render, generate entry)
-	KeyEC       Key = "ec"       // State.EC: merged ec_transfer_params (encode)
-	KeyKV       Key = "kv"       // State.KV: the prefill handoff (prefill)
 )
 
 // Need is one requirement of a node. Routes limits it to some client routes
 // (empty means every route): a tokens-in prefill needs tokens on chat only.
 type Need struct {
-	Key    Key
+	Key    AnyKey
 	Routes []Route
 }
 
 // Contract is what a built node declares to the compiler.
 type Contract struct {
+	// Needs and Provides name per-request data by key: the core's own
+	// (KeyMedia, KeyTokens, KeyFeatures, in State) or a Key[T] declared by
+	// the package that owns the data. The dataflow check compares keys by
+	// name.
 	Needs    []Need
-	Provides []Key
+	Provides []AnyKey
 	// Responds: the node may answer the client; once it has, the run ends.
 	Responds bool
 	// Terminal: the node answers the client whenever it succeeds (decode), so
@@ -195,19 +184,15 @@ func ParseRoute(s string) (Route, bool) {
 }
 
 // Run is the state of one request's walk. The scheduler owns it; nodes
-// write only the State fields their contract Provides, and the DAG orders
-// every writer before its readers (siblings may not provide the same key).
+// write only the State fields and Key values their contract Provides, and
+// the DAG orders every writer before its readers (siblings may not provide
+// the same key, unless it is a rendezvous: Key.Meet).
 type Run struct {
 	// Ctx is the request's context: cancelled when the client goes away.
 	Ctx      context.Context
 	Req      *Request
 	State    State
 	Deadline time.Time // zero when request_timeout is off
-	// LegHeader are server-owned headers stamped on every worker leg after
-	// the client's headers were filtered (the async broker's objective and
-	// fairness id). A node sets it before any leg is built (it runs first);
-	// read-only afterwards. Nil for none.
-	LegHeader http.Header
 	// Slot is the admission slot the request holds (nil: none). A node that
 	// only waits for work done elsewhere — the async broker's wait mode,
 	// whose queued run needs capacity of its own — releases it first, so
@@ -222,26 +207,19 @@ type Run struct {
 	answerMu sync.Mutex
 	answered bool
 
-	sharedMu sync.Mutex
-	shared   map[string]any
+	valsMu sync.Mutex
+	vals   map[slot]any // the values of Key[T]s, by declaration and scope
+
+	abandoned atomic.Bool
 }
 
-// Shared returns the run's value under key, making it once with mk. Sibling
-// nodes that must agree on something drawn per request (the SGLang bootstrap
-// room and prefill pick) meet here.
-func (r *Run) Shared(key string, mk func() any) any {
-	r.sharedMu.Lock()
-	defer r.sharedMu.Unlock()
-	if v, ok := r.shared[key]; ok {
-		return v
-	}
-	if r.shared == nil {
-		r.shared = make(map[string]any, 2)
-	}
-	v := mk()
-	r.shared[key] = v
-	return v
-}
+// Abandon records that work a worker did for this request was thrown away
+// because the client left before it could be used (PROTOCOL 14: a prefill
+// whose KV decode never read). Metrics count it.
+func (r *Run) Abandon() { r.abandoned.Store(true) }
+
+// Abandoned reports whether a node called Abandon.
+func (r *Run) Abandoned() bool { return r.abandoned.Load() }
 
 // NewRun prepares a run for req; w receives the responding node's reply.
 func NewRun(ctx context.Context, req *Request, w http.ResponseWriter) *Run {
@@ -281,41 +259,6 @@ type State struct {
 
 	Media  []MediaItem // items in order of appearance (fetch-media, render, generate entry)
 	Tokens Tokens      // T
-
-	EC json.RawMessage // merged ec_transfer_params object, nil when empty (encode + EC connector)
-	KV KVHandoff       // what prefill handed to decode
-
-	// PrefillAbandoned is set when the client left after prefill answered and
-	// before decode was sent (PROTOCOL 14): counted by metrics.
-	PrefillAbandoned bool
-}
-
-// MediaItem is one media part of the request, and Tokens the prompt's token
-// ids when known. Both are defined in engine/mm, which parses them from
-// bodies and replies; the engine core holds them in State.
-type (
-	MediaItem = mm.MediaItem
-	Tokens    = mm.Tokens
-)
-
-// KVHandoff is the prefill → decode handoff.
-type KVHandoff struct {
-	PrefillRan bool
-	// Params is the kv_transfer_params object decode must carry (already
-	// prepared by the KV connector), nil for none.
-	Params json.RawMessage
-	// Bootstrap fields (kv-sglang) to set at the top level of both legs.
-	Bootstrap *Bootstrap
-	// ReadyAt is when prefill's answer was read and the handoff recorded;
-	// decode measures the hand-over time from it (FIELD-NOTES 6).
-	ReadyAt time.Time
-}
-
-// Bootstrap is SGLang's rendezvous (PROTOCOL 9).
-type Bootstrap struct {
-	Host string
-	Port int
-	Room uint64
 }
 
 // BuildContext is what a node type's Build gets from the compiler. Build is

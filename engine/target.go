@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/celflow/celflow/engine/celenv"
-	"github.com/celflow/celflow/engine/upstream"
 	"github.com/celflow/celflow/schema"
 )
 
@@ -22,7 +21,8 @@ import (
 type LegTarget struct {
 	Rule int // index of the rule in the node's target list
 	// Pool is a named pool (upstream.pools.<name>, direct mode; in gateway
-	// mode the legs carry upstream.PoolHeader with it); "" keeps the role's.
+	// mode the legs carry it in a header the leg stamps, nodes/internal/leg);
+	// "" keeps the role's.
 	Pool string
 	// Model is the new value of the body's "model" as a JSON string, spliced
 	// over the client's on this node's legs; nil keeps it.
@@ -75,9 +75,30 @@ var reservedLegHeaders = map[string]string{
 	"X-Celflow-Pool":    "`pool` sets it",
 }
 
-// targetRoles are the roles whose legs go to a pool; only nodes of these
-// roles may have target rules.
-var targetRoles = map[string]upstream.Role{"encode": upstream.RoleEncode, "prefill": upstream.RolePrefill, "decode": upstream.RoleDecode}
+// targetRoles are the roles (Contract.Role) whose legs go to a pool; only
+// nodes of these roles may have target rules.
+var targetRoles = []string{"encode", "prefill", "decode"}
+
+// Pools is what the compiler checks a target rule's pool against: the serve
+// config's upstream section (*upstream.Client implements it). Nil in plain
+// validate, where nothing is known.
+type Pools interface {
+	// HasPool reports whether a leg can go to the named pool (in gateway
+	// mode always: the gateway routes by the pool header).
+	HasPool(name string) bool
+	// PoolNames lists the known pools, sorted, for diagnostics.
+	PoolNames() []string
+}
+
+// pools is what target rules are checked against: LoadOptions.Pools, else
+// the upstream client the nodes build with (every caller that sets it
+// gets the check, as before Pools existed).
+func (o *LoadOptions) pools() Pools {
+	if o.Pools != nil {
+		return o.Pools
+	}
+	return o.upstream()
+}
 
 // parseTargets reads a node's typed `target:` list (already schema-valid).
 func parseTargets(docs []targetDoc) []targetSpec {
@@ -113,8 +134,8 @@ func (c *compiler) compileTargets(i int, specs []targetSpec) []targetRule {
 	if n.node == nil {
 		return nil // the node did not build; its own errors are reported
 	}
-	role, ok := targetRoles[n.contract.Role]
-	if !ok {
+	role := n.contract.Role
+	if !slices.Contains(targetRoles, role) {
 		c.errf(RuleTargetPlacement, sp.ptr+"/target", "target rules choose where a worker leg goes; node type %s sends none (conditional-decode, encode, prefill and decode nodes take target rules)", quote(n.typ))
 		return nil
 	}
@@ -152,13 +173,6 @@ func (c *compiler) compileTargets(i int, specs []targetSpec) []targetRule {
 			}
 			r.sel.Header[ck] = []string{ts.headers[name]}
 		}
-		if up := c.opts.Upstream; up != nil && !up.Direct() && ts.pool != "" {
-			// Gateway mode: the gateway's HTTPRoute picks the pool by header.
-			if r.sel.Header == nil {
-				r.sel.Header = http.Header{}
-			}
-			r.sel.Header[upstream.PoolHeader] = []string{ts.pool}
-		}
 		r.sel.Desc = describeTarget(k, &r.sel, ts.headerOrder)
 		rules = append(rules, r)
 	}
@@ -182,8 +196,8 @@ func (c *compiler) compileTargets(i int, specs []targetSpec) []targetRule {
 
 // checkPool reports a pool the upstream section does not have (direct
 // mode). Without an upstream client (plain validate) nothing is known.
-func (c *compiler) checkPool(ptr, name string, role upstream.Role) {
-	up := c.opts.Upstream
+func (c *compiler) checkPool(ptr, name, role string) {
+	up := c.opts.pools()
 	if up == nil || up.HasPool(name) {
 		return
 	}

@@ -134,8 +134,8 @@ func (w *Workflow) hotTables() ([]hotNode, []hotEdge) {
 		if len(n.needs) == 1 {
 			h.omitted = "no incoming edge fired: " + n.needs[0].label
 		}
-		h.media = providesAny(n.contract, []Key{KeyMedia, KeyFeatures})
-		h.tokens = providesAny(n.contract, []Key{KeyTokens})
+		h.media = providesAny(n.contract, []AnyKey{KeyMedia, KeyFeatures})
+		h.tokens = providesAny(n.contract, []AnyKey{KeyTokens})
 		for _, e := range n.needs {
 			if e.cond != nil && e.gidx < len(he) {
 				he[e.gidx].memo = !strings.Contains(e.cond.Src, "reason")

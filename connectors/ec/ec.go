@@ -24,9 +24,9 @@ type Connector interface {
 	// Name is the wire name.
 	Name() string
 	// Merge records encoder replies given in item order (a nil or empty
-	// reply is not recorded). The result is what the run keeps
-	// (engine.State.EC): a JSON object listing every recorded (hash,
-	// descriptor) pair in order, duplicates and nulls included, so Prepare
+	// reply is not recorded). The result is what the run keeps (its ec
+	// key, nodes/internal/handoff.EC): a JSON object listing every recorded
+	// (hash, descriptor) pair in order, duplicates and nulls included, so Prepare
 	// can judge them; nil when nothing was recorded. Merge never fails:
 	// conflicts are raised by Prepare, before prefill is sent.
 	Merge(replies []Params) json.RawMessage

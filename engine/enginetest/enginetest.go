@@ -71,14 +71,14 @@ func register() {
 			}})
 	}
 	reg("t-fetch", "test: provides media", "", false, func(p params, _ *engine.BuildContext) (*node, error) {
-		return &node{kind: "fetch", c: engine.Contract{Provides: []engine.Key{engine.KeyMedia}}}, nil
+		return &node{kind: "fetch", c: engine.Contract{Provides: []engine.AnyKey{engine.KeyMedia}}}, nil
 	})
 	reg("t-render", "test: provides tokens and features", `"address": {"type": "string", "minLength": 1}, "max_total_tokens": {"type": "integer", "minimum": 0}`, false,
 		func(p params, _ *engine.BuildContext) (*node, error) {
 			if p.Address == "" {
 				return nil, &engine.ParamError{Path: "", Msg: "address is required"}
 			}
-			return &node{kind: "render", c: engine.Contract{Provides: []engine.Key{engine.KeyTokens, engine.KeyFeatures}, Role: "render"}}, nil
+			return &node{kind: "render", c: engine.Contract{Provides: []engine.AnyKey{engine.KeyTokens, engine.KeyFeatures}, Role: "render"}}, nil
 		})
 	reg("t-cond-decode", "test: answers on 2xx, else fails with status", `"status": {"type": "integer", "minimum": 100, "maximum": 599}`, false,
 		func(p params, _ *engine.BuildContext) (*node, error) {
@@ -86,11 +86,11 @@ func register() {
 		})
 	reg("t-encode", "test: fan-out, needs media, provides ec", `"status": {"type": "integer"}`, true,
 		func(p params, _ *engine.BuildContext) (*node, error) {
-			return &node{kind: "encode", c: engine.Contract{Needs: []engine.Need{{Key: engine.KeyMedia}}, Provides: []engine.Key{engine.KeyEC}, Role: "encode", Outputs: []engine.Output{{Name: "items", Type: "int"}}}}, nil
+			return &node{kind: "encode", c: engine.Contract{Needs: []engine.Need{{Key: engine.KeyMedia}}, Provides: []engine.AnyKey{KeyEC}, Role: "encode", Outputs: []engine.Output{{Name: "items", Type: "int"}}}}, nil
 		})
 	reg("t-prefill", "test: provides kv, needs tokens on chat with tokens-in", `"status": {"type": "integer"}, "tokens_in": {"type": "boolean"}`, false,
 		func(p params, b *engine.BuildContext) (*node, error) {
-			c := engine.Contract{Provides: []engine.Key{engine.KeyKV}, Role: "prefill"}
+			c := engine.Contract{Provides: []engine.AnyKey{KeyKV}, Role: "prefill"}
 			ti := b.Defaults.TokensIn
 			if p.TokensIn != nil {
 				ti = *p.TokensIn
@@ -259,6 +259,17 @@ func mediaOf(body []byte) []engine.MediaItem {
 	return out
 }
 
+// KeyEC and KeyKV stand for the data the real encode and prefill types
+// hand on (their keys live in nodes/internal, out of this package's reach);
+// a key's name is its identity, so contracts naming these check the same.
+var (
+	KeyEC = engine.NewKey[struct{}]("ec")
+	KeyKV = engine.NewKey[struct{}]("kv")
+)
+
+// eventsKey is the run's event log (Log, Events).
+var eventsKey = engine.NewKey[*events]("enginetest.events")
+
 type events struct {
 	mu  sync.Mutex
 	log []string
@@ -266,7 +277,7 @@ type events struct {
 
 // Log appends an event to the run's event log.
 func Log(r *engine.Run, ev string) {
-	e := r.Shared("enginetest.events", func() any { return &events{} }).(*events)
+	e := eventsKey.GetOrMake(r, func() *events { return &events{} })
 	e.mu.Lock()
 	e.log = append(e.log, ev)
 	e.mu.Unlock()
@@ -274,7 +285,7 @@ func Log(r *engine.Run, ev string) {
 
 // Events returns a copy of the run's event log.
 func Events(r *engine.Run) []string {
-	e := r.Shared("enginetest.events", func() any { return &events{} }).(*events)
+	e := eventsKey.GetOrMake(r, func() *events { return &events{} })
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return append([]string(nil), e.log...)
@@ -297,11 +308,11 @@ func RegisterStandIns() {
 			c    engine.Contract
 			kind string
 		}{
-			{"fetch-media", false, engine.Contract{Provides: []engine.Key{engine.KeyMedia}}, "fetch"},
-			{"render", false, engine.Contract{Provides: []engine.Key{engine.KeyTokens, engine.KeyFeatures}, Role: "render"}, "render"},
+			{"fetch-media", false, engine.Contract{Provides: []engine.AnyKey{engine.KeyMedia}}, "fetch"},
+			{"render", false, engine.Contract{Provides: []engine.AnyKey{engine.KeyTokens, engine.KeyFeatures}, Role: "render"}, "render"},
 			{"conditional-decode", false, engine.Contract{Responds: true, Role: "decode"}, "respond"},
-			{"encode", true, engine.Contract{Needs: []engine.Need{{Key: engine.KeyMedia}}, Provides: []engine.Key{engine.KeyEC}, Role: "encode"}, "encode"},
-			{"prefill", false, engine.Contract{Provides: []engine.Key{engine.KeyKV}, Role: "prefill"}, "fail-or-ok"},
+			{"encode", true, engine.Contract{Needs: []engine.Need{{Key: engine.KeyMedia}}, Provides: []engine.AnyKey{KeyEC}, Role: "encode"}, "encode"},
+			{"prefill", false, engine.Contract{Provides: []engine.AnyKey{KeyKV}, Role: "prefill"}, "fail-or-ok"},
 			{"decode", false, engine.Contract{Responds: true, Terminal: true, Role: "decode"}, "respond"},
 		} {
 			if _, ok := engine.LookupType(s.name); ok {

@@ -113,7 +113,7 @@ func (m *Metrics) observe(route string, status int, d time.Duration, rep *engine
 	if aggregated {
 		m.aggregated.Inc()
 	}
-	if run != nil && run.State.PrefillAbandoned {
+	if run != nil && run.Abandoned() {
 		m.abandoned.Inc()
 	}
 }

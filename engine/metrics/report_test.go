@@ -61,7 +61,7 @@ func TestObserveReport(t *testing.T) {
 
 	// Text only, aggregated fallback after prefill failed, client left.
 	run := engine.NewRun(context.Background(), &engine.Request{}, httptest.NewRecorder())
-	run.State.PrefillAbandoned = true
+	run.Abandon()
 	agg := &engine.Report{Workflow: wf, Duration: time.Second, Err: &engine.Error{Kind: engine.KindCancelled}, Outcomes: []engine.Outcome{
 		{Node: "encode", Type: "metrics-test-fanout", Status: engine.StatusSkipped, Reason: "no items"},
 		{Node: "prefill", Type: "prefill", Status: engine.StatusFailed, HTTPStatus: 503, Err: &engine.Error{Kind: engine.KindUpstreamRejected, Status: 503}},

@@ -1,48 +1,26 @@
 package mm
 
 import (
-	"encoding/json"
 	"fmt"
 
+	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/jsonb"
 )
 
-// mm sits below the engine core: the run state holds its Tokens and
-// MediaItem (engine re-exports them as engine.Tokens and engine.MediaItem)
-// and engine.AsError classifies its *Error, so mm imports nothing of the
-// engine's and the engine → mm → jsonb direction holds (STYLE.md layout).
+// mm parses the workflow language's media and tokens (engine.MediaItem,
+// engine.Tokens: the CEL variables media and tokens, defined by the core)
+// from bodies and replies. It sits above the engine core: it imports
+// engine, and the engine imports nothing of mm's. Its *Error classifies
+// itself (engine.Classified).
 
-// MediaItem is one media part of the request.
-type MediaItem struct {
-	Index    int    // order of appearance over all modalities
-	Modality string // "image", "video", "audio"
-	Part     int    // k-th item of its modality
-	Type     string // media type, e.g. image/png ("" when unknown, e.g. generate)
-	Size     int    // decoded bytes (0 when unknown)
-	Remote   bool   // came from a URL fetch-media downloaded
-	// Location of the part in State.Body, for legs that rebuild or annotate it:
-	// byte offsets of the part object (PartStart..PartEnd) within State.Body.
-	PartStart, PartEnd int
-	// After render (or from a generate body):
-	Hash        string
-	Offset      int             // placeholder offset in T
-	Length      int             // placeholder length
-	Kwargs      json.RawMessage // JSON string or null (cache hit); nil when render sent none
-	HasFeatures bool
-}
+// MediaItem and Tokens are the core's types, under the names mm's callers
+// have always used.
+type (
+	MediaItem = engine.MediaItem
+	Tokens    = engine.Tokens
+)
 
-// Tokens is the prompt's token ids when known.
-type Tokens struct {
-	Known bool
-	// FromRender is true when T came from a render call (completions legs then
-	// replace prompt with T).
-	FromRender bool
-	IDs        []int64
-	// JSON is IDs encoded once as a JSON array, shared by every leg.
-	JSON []byte
-}
-
-// ErrKind says whose input an *Error rejects; engine.AsError maps it to the
+// ErrKind says whose input an *Error rejects; EngineError maps it to the
 // engine's error kind (and so to the reply's status and code).
 type ErrKind uint8
 
@@ -68,6 +46,22 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Cause }
+
+// EngineError classifies the rejection for engine.AsError: a client field
+// is 400 invalid_request, a body that is not a JSON object 400
+// invalid_json, a broken render reply 502 upstream_protocol_error.
+func (e *Error) EngineError() *engine.Error {
+	k := engine.KindInvalidRequest
+	switch e.Kind {
+	case NotJSON:
+		k = engine.KindInvalidJSON
+	case BadReply:
+		k = engine.KindUpstreamProtocol
+	}
+	return &engine.Error{Kind: k, Item: -1, Msg: e.Msg, Cause: e.Cause}
+}
+
+var _ engine.Classified = (*Error)(nil)
 
 func errorf(k ErrKind, format string, args ...any) *Error {
 	return &Error{Kind: k, Msg: fmt.Sprintf(format, args...)}

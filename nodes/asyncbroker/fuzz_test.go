@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/nodes/internal/leg"
 )
 
 // FuzzHeaders: whatever the client puts in the mode, tenant, timeout,
@@ -48,7 +49,7 @@ func FuzzHeaders(f *testing.F) {
 				t.Fatalf("reply id %q", got)
 			}
 		default:
-			if l := run.LegHeader; l != nil && !validTenant(l.Get("X-Llm-D-Inference-Fairness-Id")) {
+			if l := leg.OwnedHeaders.Value(run); l != nil && !validTenant(l.Get("X-Llm-D-Inference-Fairness-Id")) {
 				t.Fatalf("stamped fairness id %q", l.Get("X-Llm-D-Inference-Fairness-Id"))
 			}
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/celflow/celflow/connectors/async"
 
 	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/nodes/internal/leg"
 )
 
 //go:embed schema.json
@@ -61,7 +62,9 @@ func build(b *engine.BuildContext, params json.RawMessage) (engine.Node, error) 
 
 // Contract: the node answers the queued modes itself and passes the rest
 // on, so its successors need an edge condition (see the README).
-func (n *Node) Contract() engine.Contract { return engine.Contract{Responds: true} }
+func (n *Node) Contract() engine.Contract {
+	return engine.Contract{Responds: true, Provides: []engine.AnyKey{leg.OwnedHeaders}}
+}
 
 // pass is the result of a request that goes on through the workflow (no
 // mode header, passthrough, dispatched): the node succeeded without
@@ -78,7 +81,7 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 		if d, ok := ctx.Value(dispatchKey{}).(*dispatched); ok {
 			// A queued request the dispatcher feeds back: stamp celflow's
 			// own objective and fairness id on its legs.
-			x.Run.LegHeader = n.cfg.legHeader(d.tier, d.tenant, n.overflow(ctx, d.tenant))
+			leg.OwnedHeaders.Set(x.Run, n.cfg.legHeader(d.tier, d.tenant, n.overflow(ctx, d.tenant)))
 		}
 		return pass
 	}
@@ -105,7 +108,7 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 	}
 	if m == modePassthrough {
 		_, tier := n.cfg.pick(x.Run.Req.Model, tenant)
-		x.Run.LegHeader = n.cfg.legHeader(tier, tenant, n.overflow(ctx, tenant))
+		leg.OwnedHeaders.Set(x.Run, n.cfg.legHeader(tier, tenant, n.overflow(ctx, tenant)))
 		return pass
 	}
 	return n.queue(ctx, x, m, tenant)

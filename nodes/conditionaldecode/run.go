@@ -38,33 +38,32 @@ func (n *ConditionalDecode) Run(ctx context.Context, x *engine.Exec) engine.Resu
 		t.Done(false)
 		return leg.Fail(0, e)
 	}
-	l := leg.NewLeg(x, upstream.RoleDecode, route.Path(), body, n.ttfb)
-	l.Prefer, l.Relay = true, true
-	if worker {
-		// Worker mode reads the reply's finish reason before relaying it:
-		// the client's Accept-Encoding is not forwarded, so the worker
-		// answers uncompressed (identity) and the client gets it so.
-		l.Header = withoutAcceptEncoding(l.Header)
-	}
-	// upstream leaves a relayed 2xx unbounded; in worker mode (Probe) it
-	// bounds one until the verdict, and a hit lifts the bounds (judge).
-	l.Probe = worker
-	n.body.Apply(l)
-	res = engine.Result{Attrs: leg.Attrs(t, l)}
+	res = engine.Result{Attrs: map[string]any{}}
 	if n.client.Direct() && !worker {
 		res.Attrs["celflow.predicted"] = "hit"
 	}
 	if worker {
 		res.Attrs["celflow.cache_hit_threshold"] = string(n.threshold)
 	}
-	resp, e := leg.Do(ctx, x, n.client, t.Base, l)
-	t.Done(leg.Failed(resp, e))
+	resp, _, e := leg.Call{Role: upstream.RoleDecode, Path: route.Path(), Body: body, TTFB: n.ttfb, Bounds: n.body, Target: t, Any: true,
+		Prepare: func(l *upstream.Leg) {
+			l.Prefer, l.Relay = true, true
+			if worker {
+				// Worker mode reads the reply's finish reason before relaying
+				// it: the client's Accept-Encoding is not forwarded, so the
+				// worker answers uncompressed (identity) and the client gets
+				// it so.
+				l.Header = withoutAcceptEncoding(l.Header)
+			}
+			// upstream leaves a relayed 2xx unbounded; in worker mode (Probe)
+			// it bounds one until the verdict, and a hit lifts the bounds
+			// (judge).
+			l.Probe = worker
+		}}.Send(ctx, x, n.client, &res)
 	if e != nil {
 		res.Err = e
 		return res
 	}
-	res.HTTPStatus = resp.StatusCode
-	res.Attrs["http.response.status_code"] = resp.StatusCode
 	switch code := resp.StatusCode; {
 	case code == http.StatusPreconditionFailed:
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, missDrain))

@@ -6,6 +6,7 @@ import (
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/jsonb"
 	"github.com/celflow/celflow/engine/mm"
+	"github.com/celflow/celflow/nodes/internal/handoff"
 	"github.com/celflow/celflow/nodes/internal/leg"
 )
 
@@ -16,9 +17,9 @@ type bodyIn struct {
 	Obj    *jsonb.Object // its top-level index; nil: build parses Body
 	Tokens engine.Tokens
 	Media  []engine.MediaItem
-	KV     json.RawMessage   // prepared decode kv_transfer_params; nil: none (no prefill ran, aggregated)
-	Boot   *engine.Bootstrap // kv-sglang fields, nil otherwise
-	Model  []byte            // a target rule's model (JSON string), nil: the client's
+	KV     json.RawMessage    // prepared decode kv_transfer_params; nil: none (no prefill ran, aggregated)
+	Boot   *handoff.Bootstrap // kv-sglang fields, nil otherwise
+	Model  []byte             // a target rule's model (JSON string), nil: the client's
 }
 
 // build edits the client body for the decode leg. It never adds

@@ -7,6 +7,7 @@ import (
 
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/jsonb"
+	"github.com/celflow/celflow/nodes/internal/handoff"
 )
 
 var tokens6 = engine.Tokens{Known: true, FromRender: true, IDs: []int64{1, 9000, 9000, 9000, 17, 18}, JSON: []byte(`[1,9000,9000,9000,17,18]`)}
@@ -89,7 +90,7 @@ func TestBuildBody(t *testing.T) {
 	}, {
 		// ACCEPTANCE 168: all three bootstrap fields, no kv_transfer_params.
 		name: "chat sglang",
-		in:   bodyIn{Route: engine.RouteChat, Body: []byte(`{"messages":[]}`), Boot: &engine.Bootstrap{Host: "10.1.0.7", Port: 8998, Room: 5729301466131981311}},
+		in:   bodyIn{Route: engine.RouteChat, Body: []byte(`{"messages":[]}`), Boot: &handoff.Bootstrap{Host: "10.1.0.7", Port: 8998, Room: 5729301466131981311}},
 		want: `{"messages":[],"bootstrap_host":"10.1.0.7","bootstrap_port":8998,"bootstrap_room":5729301466131981311}`,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {

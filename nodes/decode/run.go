@@ -6,6 +6,7 @@ import (
 
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/nodes/internal/handoff"
 	"github.com/celflow/celflow/nodes/internal/leg"
 )
 
@@ -16,6 +17,7 @@ import (
 func (n *Decode) Run(ctx context.Context, x *engine.Exec) engine.Result {
 	st := &x.Run.State
 	res := engine.Result{Attrs: map[string]any{}}
+	kv := handoff.KV.Value(x.Run)
 	if n.aggregated {
 		res.Outputs = map[string]any{"aggregated": true}
 		res.Attrs["celflow.aggregated"] = true
@@ -23,8 +25,8 @@ func (n *Decode) Run(ctx context.Context, x *engine.Exec) engine.Result {
 	// PROTOCOL 14: the client left after prefill answered and before decode
 	// was sent. No decode; the prefill worker's lease frees the KV.
 	if err := firstErr(x.Run.Ctx, ctx); err != nil {
-		if st.KV.PrefillRan && x.Run.Ctx.Err() != nil {
-			st.PrefillAbandoned = true
+		if kv.PrefillRan && x.Run.Ctx.Err() != nil {
+			x.Run.Abandon()
 			res.Attrs["celflow.prefill_abandoned"] = true
 		}
 		res.Err = engine.AsError(err)
@@ -36,8 +38,8 @@ func (n *Decode) Run(ctx context.Context, x *engine.Exec) engine.Result {
 		return res
 	}
 	in := &bodyIn{Route: x.Run.Req.Route, Body: st.Body, Obj: obj, Tokens: st.Tokens, Media: st.Media, Model: leg.Model(x)}
-	if !n.aggregated && st.KV.PrefillRan && st.KV.Bootstrap == nil {
-		in.KV = st.KV.Params
+	if !n.aggregated && kv.PrefillRan && kv.Bootstrap == nil {
+		in.KV = kv.Params
 	}
 	var session *leg.SGLang
 	if n.sglang {
@@ -46,8 +48,8 @@ func (n *Decode) Run(ctx context.Context, x *engine.Exec) engine.Result {
 			return res
 		}
 		switch {
-		case st.KV.Bootstrap != nil: // sequential: prefill ran before us
-			in.Boot = st.KV.Bootstrap
+		case kv.Bootstrap != nil: // sequential: prefill ran before us
+			in.Boot = kv.Bootstrap
 		case n.client != nil && n.client.Direct() && n.client.HasRole(upstream.RolePrefill):
 			// Concurrent shape: meet the prefill node in the run's session.
 			session = leg.Session(x, n.client, n.port)
@@ -62,7 +64,7 @@ func (n *Decode) Run(ctx context.Context, x *engine.Exec) engine.Result {
 				res.Err = e
 				return res
 			}
-			in.Boot = &engine.Bootstrap{Host: session.Host, Port: session.Port, Room: session.Room}
+			in.Boot = &handoff.Bootstrap{Host: session.Host, Port: session.Port, Room: session.Room}
 		}
 	}
 	return n.send(ctx, x, in, session, res)
@@ -83,37 +85,28 @@ func (n *Decode) send(ctx context.Context, x *engine.Exec, in *bodyIn, s *leg.SG
 		res.Err = e
 		return res
 	}
-	t, e := leg.PickFor(x, n.client, upstream.RoleDecode)
-	if e != nil {
+	ready := handoff.KV.Value(x.Run).ReadyAt
+	resp, t, e := leg.Call{Role: upstream.RoleDecode, Path: x.Run.Req.Route.Path(), Body: body, TTFB: n.ttfb,
+		Prepare: func(l *upstream.Leg) {
+			l.Relay = true
+			// Hand-over time (FIELD-NOTES 6, PERFORMANCE.md): from prefill's
+			// answer to this request being handed to the transport; what
+			// follows until decode's first byte is the worker's
+			// (celflow.ttfb_ms).
+			if !ready.IsZero() {
+				h := time.Since(ready)
+				if res.Outputs == nil {
+					res.Outputs = make(map[string]any, 1)
+				}
+				res.Outputs["handover"] = h
+				res.Attrs["celflow.handover_ms"] = float64(h.Microseconds()) / 1000
+			}
+		}}.Send(ctx, x, n.client, &res)
+	if t == nil {
 		res.Err = e
 		return res
 	}
-	l := leg.NewLeg(x, upstream.RoleDecode, x.Run.Req.Route.Path(), body, n.ttfb)
-	l.Relay = true
-	for k, v := range leg.Attrs(t, l) {
-		res.Attrs[k] = v
-	}
-	// Hand-over time (FIELD-NOTES 6, PERFORMANCE.md): from prefill's answer
-	// to this request being handed to the transport; what follows until
-	// decode's first byte is the worker's (celflow.ttfb_ms).
-	if ready := x.Run.State.KV.ReadyAt; !ready.IsZero() {
-		h := time.Since(ready)
-		if res.Outputs == nil {
-			res.Outputs = make(map[string]any, 1)
-		}
-		res.Outputs["handover"] = h
-		res.Attrs["celflow.handover_ms"] = float64(h.Microseconds()) / 1000
-	}
-	resp, e := leg.Send(ctx, x, n.client, t.Base, l)
-	t.Done(leg.Failed(resp, e))
-	if resp != nil {
-		res.HTTPStatus = resp.StatusCode
-		res.Attrs["http.response.status_code"] = resp.StatusCode
-	}
 	if e != nil {
-		if resp != nil {
-			res.Header = resp.Header // for edges: response.headers
-		}
 		if s != nil {
 			if pe := s.PrefillErr(); pe != nil { // prefill failed first: its error wins
 				e = pe

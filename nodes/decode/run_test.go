@@ -12,6 +12,7 @@ import (
 
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/nodes/internal/handoff"
 	"github.com/celflow/celflow/nodes/internal/leg/legtest"
 )
 
@@ -65,7 +66,7 @@ func TestAfterPrefill(t *testing.T) {
 	n := newNode(t, legtest.Gateway(t, w.URL), `{}`)
 	run, rec := legtest.Run(t, engine.RouteChat, chatOne, http.Header{"Prefer": {"if-available"}, "Epp-Profile": {"prefill"}})
 	run.State.Tokens, run.State.Media = tokens6, media(chatOne)
-	run.State.KV = engine.KVHandoff{PrefillRan: true, Params: json.RawMessage(nixlDecode)}
+	handoff.KV.Set(run, handoff.KVHandoff{PrefillRan: true, Params: json.RawMessage(nixlDecode)})
 	res := n.Run(run.Ctx, legtest.Exec(run, "decode"))
 	if res.Err != nil || !res.Responded || rec.Body.String() != reply {
 		t.Fatalf("%+v %q", res, rec.Body)
@@ -249,10 +250,10 @@ func TestPrefillAbandoned(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	run, _ := legtest.RunCtx(ctx, engine.RouteChat, `{}`, nil)
-	run.State.KV = engine.KVHandoff{PrefillRan: true, Params: json.RawMessage(`{}`)}
+	handoff.KV.Set(run, handoff.KVHandoff{PrefillRan: true, Params: json.RawMessage(`{}`)})
 	res := n.Run(ctx, legtest.Exec(run, "decode"))
-	if e := engine.AsError(res.Err); e == nil || e.Kind != engine.KindCancelled || !run.State.PrefillAbandoned || len(w.Calls()) != 0 {
-		t.Fatalf("%+v abandoned=%v calls=%d", res, run.State.PrefillAbandoned, len(w.Calls()))
+	if e := engine.AsError(res.Err); e == nil || e.Kind != engine.KindCancelled || !run.Abandoned() || len(w.Calls()) != 0 {
+		t.Fatalf("%+v abandoned=%v calls=%d", res, run.Abandoned(), len(w.Calls()))
 	}
 }
 
@@ -261,7 +262,7 @@ func TestAggregated(t *testing.T) {
 	w := legtest.NewWorker(t, nil)
 	n := newNode(t, legtest.Gateway(t, w.URL), `{"aggregated":true}`)
 	run, _ := legtest.Run(t, engine.RouteCompletions, `{"prompt":"x"}`, nil)
-	run.State.KV = engine.KVHandoff{PrefillRan: true, Params: json.RawMessage(`{"do_remote_prefill":true}`)}
+	handoff.KV.Set(run, handoff.KVHandoff{PrefillRan: true, Params: json.RawMessage(`{"do_remote_prefill":true}`)})
 	res := n.Run(run.Ctx, legtest.Exec(run, "fallback"))
 	if res.Err != nil || res.Outputs["aggregated"] != true || res.Attrs["celflow.aggregated"] != true {
 		t.Fatalf("%+v", res)
@@ -277,7 +278,7 @@ func TestSGLangSequential(t *testing.T) {
 	w := legtest.NewWorker(t, nil)
 	n := newNode(t, legtest.Gateway(t, w.URL), `{"kv_connector":"kv-sglang"}`)
 	run, _ := legtest.Run(t, engine.RouteChat, `{"messages":[]}`, nil)
-	run.State.KV = engine.KVHandoff{PrefillRan: true, Bootstrap: &engine.Bootstrap{Host: "10.1.0.7", Port: 9100, Room: 42}}
+	handoff.KV.Set(run, handoff.KVHandoff{PrefillRan: true, Bootstrap: &handoff.Bootstrap{Host: "10.1.0.7", Port: 9100, Room: 42}})
 	if res := n.Run(run.Ctx, legtest.Exec(run, "decode")); res.Err != nil {
 		t.Fatal(res.Err)
 	}

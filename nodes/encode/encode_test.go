@@ -15,6 +15,7 @@ import (
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/mm"
 	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/nodes/internal/handoff"
 )
 
 // worker is an encode worker fake: it records every leg and answers per
@@ -183,8 +184,8 @@ func TestEncodeChat(t *testing.T) {
 		}
 	}
 	var ecm map[string]json.RawMessage
-	if err := json.Unmarshal(r.State.EC, &ecm); err != nil || len(ecm) != 3 || ecm["h0"] == nil || ecm["h1"] == nil || ecm["h2"] == nil {
-		t.Fatalf("EC %s", r.State.EC)
+	if err := json.Unmarshal(handoff.EC.Value(r), &ecm); err != nil || len(ecm) != 3 || ecm["h0"] == nil || ecm["h1"] == nil || ecm["h2"] == nil {
+		t.Fatalf("EC %s", handoff.EC.Value(r))
 	}
 }
 
@@ -208,7 +209,7 @@ func TestEncodeGenerate(t *testing.T) {
 			t.Errorf("leg %d %s\n got %s\nwant %s", i, l.path, l.body, want[i])
 		}
 	}
-	if len(r.State.EC) == 0 {
+	if len(handoff.EC.Value(r)) == 0 {
 		t.Error("no EC params")
 	}
 }
@@ -229,8 +230,8 @@ func TestEncodeIgnoredParams(t *testing.T) {
 				t.Fatalf("%s: %v", v, x.Err)
 			}
 		}
-		if merged.Err != nil || r.State.EC != nil {
-			t.Errorf("%s: EC %s err %v", v, r.State.EC, merged.Err)
+		if merged.Err != nil || handoff.EC.Value(r) != nil {
+			t.Errorf("%s: EC %s err %v", v, handoff.EC.Value(r), merged.Err)
 		}
 	}
 }
@@ -278,7 +279,7 @@ func TestEncodeMergeOrder(t *testing.T) {
 	n := buildNode(t, w.URL, `"ec_connector":"ec-nixl"`, engine.Defaults{})
 	req, prep := state(t)
 	_, _, r := fanOut(n, req, prep)
-	ec := string(r.State.EC)
+	ec := string(handoff.EC.Value(r))
 	i0, i1, i2 := strings.Index(ec, `"h0"`), strings.Index(ec, `"h1"`), strings.Index(ec, `"h2"`)
 	if i0 < 0 || !(i0 < i1 && i1 < i2) {
 		t.Fatalf("EC not in item order: %s", ec)
@@ -286,8 +287,8 @@ func TestEncodeMergeOrder(t *testing.T) {
 	// ec-shared-storage records nothing (ACCEPTANCE 163).
 	n = buildNode(t, w.URL, ``, engine.Defaults{})
 	_, _, r = fanOut(n, req, prep)
-	if r.State.EC != nil {
-		t.Errorf("shared storage recorded %s", r.State.EC)
+	if handoff.EC.Value(r) != nil {
+		t.Errorf("shared storage recorded %s", handoff.EC.Value(r))
 	}
 }
 
@@ -343,7 +344,7 @@ func TestEncodeBuild(t *testing.T) {
 	}
 	ct := n.Contract()
 	if ct.Role != "encode" || len(ct.Needs) != 1 || ct.Needs[0].Key != engine.KeyFeatures || len(ct.Needs[0].Routes) != 0 ||
-		len(ct.Provides) != 1 || ct.Provides[0] != engine.KeyEC || ct.Responds {
+		len(ct.Provides) != 1 || ct.Provides[0] != handoff.EC || ct.Responds {
 		t.Errorf("contract %+v", ct)
 	}
 	if x := n.(*Node); x.ttfb != 60*time.Second || x.tokensIn || x.ec.Name() != "ec-shared-storage" {

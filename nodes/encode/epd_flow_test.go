@@ -18,6 +18,7 @@ import (
 	_ "github.com/celflow/celflow/nodes/conditionaldecode"
 	_ "github.com/celflow/celflow/nodes/decode"
 	_ "github.com/celflow/celflow/nodes/fetchmedia"
+	"github.com/celflow/celflow/nodes/internal/handoff"
 	_ "github.com/celflow/celflow/nodes/prefill"
 	_ "github.com/celflow/celflow/nodes/render"
 )
@@ -279,7 +280,7 @@ func TestEPDNoEncode(t *testing.T) {
 				t.Errorf("%v: encode %v (%s)", c.route, o.Status, o.Reason)
 			}
 		}
-		if pf := rec.by("prefill", false); len(pf) != 1 || strings.Contains(pf[0].body, "ec_transfer_params") || r.State.EC != nil {
+		if pf := rec.by("prefill", false); len(pf) != 1 || strings.Contains(pf[0].body, "ec_transfer_params") || handoff.EC.Value(r) != nil {
 			t.Errorf("%v: prefill %+v", c.route, pf)
 		}
 	}

@@ -6,16 +6,14 @@
 package encode
 
 import (
-	"context"
 	_ "embed"
 	"encoding/json"
-	"sync"
 	"time"
 
 	"github.com/celflow/celflow/connectors/ec"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/jsonb"
 	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/nodes/internal/handoff"
 	"github.com/celflow/celflow/nodes/internal/leg"
 )
 
@@ -98,118 +96,9 @@ func build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 func (n *Node) Contract() engine.Contract {
 	return engine.Contract{
 		Needs:    []engine.Need{{Key: engine.KeyFeatures}},
-		Provides: []engine.Key{engine.KeyEC},
+		Provides: []engine.AnyKey{handoff.EC},
 		Role:     string(upstream.RoleEncode),
 	}
-}
-
-// replies holds each fan-out item's ec_transfer_params until Merge, per run.
-type replies struct {
-	mu sync.Mutex
-	by map[int]ec.Params
-}
-
-func (n *Node) store(x *engine.Exec) *replies {
-	return x.Run.Shared("encode/"+x.NodeID, func() any { return &replies{by: map[int]ec.Params{}} }).(*replies)
-}
-
-// item is the media item of this execution: the engine hands the run's
-// engine.MediaItem as Exec.Item for a foreach over `media` (filtered lists
-// included); otherwise Exec.Index indexes State.Media.
-func item(x *engine.Exec) (*engine.MediaItem, bool) {
-	media := x.Run.State.Media
-	switch v := x.Item.(type) {
-	case engine.MediaItem:
-		if v.Index >= 0 && v.Index < len(media) {
-			return &media[v.Index], true
-		}
-	case *engine.MediaItem:
-		return v, true
-	}
-	if x.Index >= 0 && x.Index < len(media) {
-		return &media[x.Index], true
-	}
-	return nil, false
-}
-
-// Run sends one item's encoder leg.
-func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
-	if n.client == nil {
-		return engine.Result{Err: engine.Errorf(engine.KindInternal, "encode was built without an upstream client")}
-	}
-	it, ok := item(x)
-	if !ok {
-		return engine.Result{Err: engine.Errorf(engine.KindInternal, "encode: fan-out item %d is not a media item", x.Index)}
-	}
-	st := &x.Run.State
-	generate := n.tokensIn || x.Run.Req.Route == engine.RouteGenerate
-	var body *jsonb.Body
-	var err error
-	path := engine.RouteChat.Path()
-	if generate {
-		path = engine.RouteGenerate.Path()
-		body, err = generateBody(st, it, leg.Model(x))
-	} else {
-		body, err = chatBody(st, it, leg.Model(x))
-	}
-	if err != nil {
-		e := engine.Errorf(engine.KindUpstreamProtocol, "cannot build the encoder request: %v", err)
-		return engine.Result{Err: e}
-	}
-	target, e := leg.PickFor(x, n.client, upstream.RoleEncode)
-	if e != nil {
-		return engine.Result{Err: e}
-	}
-	l := leg.NewLeg(x, upstream.RoleEncode, path, body, n.ttfb)
-	n.body.Apply(l)
-	resp, e := leg.Send(ctx, x, n.client, target.Base, l)
-	target.Done(leg.Failed(resp, e))
-	attrs := leg.Attrs(target, l)
-	attrs["celflow.media.hash"] = it.Hash
-	status := 0
-	if resp != nil {
-		status = resp.StatusCode
-		attrs["http.response.status_code"] = status
-	}
-	if e != nil {
-		return engine.Result{HTTPStatus: status, Err: e, Attrs: attrs}
-	}
-	raw, e := leg.ReadJSON(x, resp, replyLimit)
-	if e != nil {
-		return engine.Result{HTTPStatus: status, Err: e, Attrs: attrs}
-	}
-	p, e := ecParams(x, raw, it.Hash)
-	if e != nil {
-		return engine.Result{HTTPStatus: status, Err: e, Attrs: attrs}
-	}
-	if p != nil {
-		s := n.store(x)
-		s.mu.Lock()
-		s.by[x.Index] = p
-		s.mu.Unlock()
-		attrs["celflow.ec.entries"] = len(p)
-	}
-	return engine.Result{HTTPStatus: status, Attrs: attrs}
-}
-
-// Merge hands the items' ec_transfer_params to the EC connector in item
-// order (not arrival order) and records the result as State.EC.
-func (n *Node) Merge(_ context.Context, x *engine.Exec, items []engine.Result) engine.Result {
-	s := n.store(x)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rs := make([]ec.Params, len(items))
-	for k := range items {
-		if items[k].Err != nil {
-			continue
-		}
-		rs[k] = s.by[k]
-		if rs[k] == nil && n.ec.Name() == ec.NIXL {
-			leg.Log(x).WithField("item", k).Warn("encoder reply carried no ec_transfer_params; prefill will not get this item's descriptor")
-		}
-	}
-	x.Run.State.EC = n.ec.Merge(rs)
-	return engine.Result{Attrs: map[string]any{"celflow.ec.connector": n.ec.Name(), "celflow.ec.bytes": len(x.Run.State.EC)}}
 }
 
 var (

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/nodes/internal/handoff"
 	"github.com/celflow/celflow/nodes/internal/leg/legtest"
 )
 
@@ -67,8 +68,8 @@ func TestEncodeReplyKeys(t *testing.T) {
 				if e != nil || merged.Err != nil {
 					t.Fatalf("item 1: %v, merge %v", e, merged.Err)
 				}
-				if tc.connector == "ec-nixl" && !strings.Contains(string(r.State.EC), `"h1":`) {
-					t.Errorf("EC %s", r.State.EC)
+				if tc.connector == "ec-nixl" && !strings.Contains(string(handoff.EC.Value(r)), `"h1":`) {
+					t.Errorf("EC %s", handoff.EC.Value(r))
 				}
 				return
 			}

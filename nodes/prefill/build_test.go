@@ -8,6 +8,8 @@ import (
 
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/nodes/internal/handoff"
+	"github.com/celflow/celflow/nodes/internal/leg"
 	"github.com/celflow/celflow/nodes/internal/leg/legtest"
 )
 
@@ -94,7 +96,7 @@ func TestBuildSGLangPortAndWarning(t *testing.T) {
 func TestContract(t *testing.T) {
 	n, _ := Build(&engine.BuildContext{}, json.RawMessage(`{"format":"tokens-in"}`))
 	c := n.Contract()
-	if c.Role != "prefill" || len(c.Provides) != 1 || c.Provides[0] != engine.KeyKV || c.SurvivesEnd || c.Responds {
+	if c.Role != "prefill" || len(c.Provides) != 1 || c.Provides[0] != handoff.KV || c.SurvivesEnd || c.Responds {
 		t.Fatalf("%+v", c)
 	}
 	if len(c.Needs) != 1 || c.Needs[0].Key != engine.KeyTokens || len(c.Needs[0].Routes) != 1 || c.Needs[0].Routes[0] != engine.RouteChat {
@@ -105,7 +107,9 @@ func TestContract(t *testing.T) {
 		t.Fatalf("openai prefill needs nothing: %+v", c)
 	}
 	n, _ = Build(&engine.BuildContext{}, json.RawMessage(`{"kv_connector":"kv-sglang","shape":"concurrent"}`))
-	if c := n.Contract(); !c.SurvivesEnd || len(c.Provides) != 0 {
+	// The concurrent shape hands decode no KV: it provides only the SGLang
+	// session it meets decode in.
+	if c := n.Contract(); !c.SurvivesEnd || len(c.Provides) != 1 || c.Provides[0] != leg.SGLangSession {
 		t.Fatalf("concurrent %+v", c)
 	}
 }

@@ -10,15 +10,15 @@ import (
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/jsonb"
 	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/nodes/internal/handoff"
 	"github.com/celflow/celflow/nodes/internal/leg"
 )
 
-// Run sends the prefill leg and records the handoff in State.KV.
+// Run sends the prefill leg and records the handoff (handoff.KV).
 func (n *Prefill) Run(ctx context.Context, x *engine.Exec) engine.Result {
 	if n.concurrent {
 		return n.runConcurrent(ctx, x)
 	}
-	st := &x.Run.State
 	in, e := n.input(x)
 	if e != nil {
 		return leg.Fail(0, e)
@@ -39,14 +39,14 @@ func (n *Prefill) Run(ctx context.Context, x *engine.Exec) engine.Result {
 		if e != nil {
 			return fail(res, e)
 		}
-		st.KV = engine.KVHandoff{PrefillRan: true, Bootstrap: b, ReadyAt: time.Now()}
+		handoff.KV.Set(x.Run, handoff.KVHandoff{PrefillRan: true, Bootstrap: b, ReadyAt: time.Now()})
 		return res
 	}
 	params, e := n.handoff(reply)
 	if e != nil {
 		return fail(res, e)
 	}
-	st.KV = engine.KVHandoff{PrefillRan: true, Params: params, ReadyAt: time.Now()}
+	handoff.KV.Set(x.Run, handoff.KVHandoff{PrefillRan: true, Params: params, ReadyAt: time.Now()})
 	return res
 }
 
@@ -71,7 +71,7 @@ func (n *Prefill) input(x *engine.Exec) (*bodyIn, *engine.Error) {
 		Route: route, TokensIn: n.tokensIn, Body: st.Body, Obj: obj, ReqID: x.Run.Req.ID,
 		Tokens: st.Tokens, Media: st.Media, KV: n.kv.PrefillParams(), Model: leg.Model(x),
 	}
-	prepared, err := n.ec.Prepare(st.EC)
+	prepared, err := n.ec.Prepare(handoff.EC.Value(x.Run))
 	if err != nil {
 		e := engine.Errorf(engine.KindUpstreamProtocol, "encoders returned %v", err)
 		e.Cause = err
@@ -89,20 +89,10 @@ func (n *Prefill) send(ctx context.Context, x *engine.Exec, t *upstream.Target, 
 		t.Done(false)
 		return nil, leg.Fail(0, e)
 	}
-	l := leg.NewLeg(x, upstream.RolePrefill, path, body, n.ttfb)
-	n.body.Apply(l)
-	res := engine.Result{Attrs: leg.Attrs(t, l)}
+	var res engine.Result
+	resp, _, e := leg.Call{Role: upstream.RolePrefill, Path: path, Body: body, TTFB: n.ttfb, Bounds: n.body, Target: t}.Send(ctx, x, n.client, &res)
 	res.Attrs["celflow.kv_connector"] = n.kv.Name()
-	resp, e := leg.Send(ctx, x, n.client, t.Base, l)
-	t.Done(leg.Failed(resp, e))
-	if resp != nil {
-		res.HTTPStatus = resp.StatusCode
-		res.Attrs["http.response.status_code"] = resp.StatusCode
-	}
 	if e != nil {
-		if resp != nil {
-			res.Header = resp.Header // for edges: response.headers
-		}
 		res.Err = e
 		return nil, res
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/celflow/celflow/connectors/ec"
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/nodes/internal/handoff"
 	"github.com/celflow/celflow/nodes/internal/leg/legtest"
 )
 
@@ -41,7 +42,7 @@ func TestNIXLHandoff(t *testing.T) {
 		t.Fatalf("request_id: %s", c.Body)
 	}
 	want := `{"do_remote_prefill":true,"do_remote_decode":false,"remote_engine_id":"e-1","remote_block_ids":[[1,2]],"remote_request_id":"rr-1","remote_host":"10.0.0.42","remote_port":5600,"tp_size":1,"block_id":7,"peer_host":"p1"}`
-	if kv := run.State.KV; !kv.PrefillRan || string(kv.Params) != want {
+	if kv := handoff.KV.Value(run); !kv.PrefillRan || string(kv.Params) != want {
 		t.Fatalf("handoff %+v %s", kv, kv.Params)
 	}
 }
@@ -76,16 +77,16 @@ func TestReplies(t *testing.T) {
 				t.Fatalf("status %d", res.HTTPStatus)
 			}
 			if tc.ok {
-				if res.Err != nil || !run.State.KV.PrefillRan {
+				if res.Err != nil || !handoff.KV.Value(run).PrefillRan {
 					t.Fatalf("%+v", res)
 				}
-				if tc.kv == "kv-shared-storage" && string(run.State.KV.Params) != `{"do_remote_decode":false,"do_remote_prefill":true}` {
-					t.Fatalf("params %s", run.State.KV.Params)
+				if tc.kv == "kv-shared-storage" && string(handoff.KV.Value(run).Params) != `{"do_remote_decode":false,"do_remote_prefill":true}` {
+					t.Fatalf("params %s", handoff.KV.Value(run).Params)
 				}
 				return
 			}
 			e := engine.AsError(res.Err)
-			if e == nil || e.Code() != tc.code || run.State.KV.PrefillRan {
+			if e == nil || e.Code() != tc.code || handoff.KV.Value(run).PrefillRan {
 				t.Fatalf("got %v (%s)", e, e.Code())
 			}
 			if tc.status == 503 { // PROTOCOL 12: 503 stays 503, with the default Retry-After
@@ -109,14 +110,14 @@ func TestEC(t *testing.T) {
 	w := legtest.NewWorker(t, legtest.JSON(200, `{}`))
 	c := legtest.Gateway(t, w.URL)
 	run, _ := legtest.Run(t, engine.RouteChat, `{}`, nil)
-	run.State.EC = json.RawMessage(`{"h0":{"a":1},"h0":{"a":2}}`)
+	handoff.EC.Set(run, json.RawMessage(`{"h0":{"a":1},"h0":{"a":2}}`))
 	res := newNode(t, c, `{"ec_connector":"ec-nixl"}`).Run(run.Ctx, legtest.Exec(run, "prefill"))
 	if e := engine.AsError(res.Err); e == nil || e.Code() != "upstream_protocol_error" || len(w.Calls()) != 0 {
 		t.Fatalf("%+v calls=%d", res, len(w.Calls()))
 	}
 
 	run, _ = legtest.Run(t, engine.RouteChat, `{}`, nil)
-	run.State.EC = json.RawMessage(`{"h1":{"a":1}}`)
+	handoff.EC.Set(run, json.RawMessage(`{"h1":{"a":1}}`))
 	if res = newNode(t, c, `{"ec_connector":"ec-nixl"}`).Run(run.Ctx, legtest.Exec(run, "prefill")); res.Err != nil {
 		t.Fatal(res.Err)
 	}
@@ -125,7 +126,7 @@ func TestEC(t *testing.T) {
 	}
 	for _, route := range []engine.Route{engine.RouteChat, engine.RouteCompletions, engine.RouteGenerate} {
 		run, _ = legtest.Run(t, route, `{"prompt":"x","token_ids":[1]}`, nil)
-		run.State.EC = json.RawMessage(`{"h1":{"a":1}}`)
+		handoff.EC.Set(run, json.RawMessage(`{"h1":{"a":1}}`))
 		if res = newNode(t, c, `{"ec_connector":"ec-shared-storage"}`).Run(run.Ctx, legtest.Exec(run, "prefill")); res.Err != nil {
 			t.Fatal(res.Err)
 		}
@@ -171,7 +172,7 @@ func TestTokensInConnectorMatrix(t *testing.T) {
 			run, _ := legtest.Run(t, engine.RouteChat, twoImages, nil)
 			run.State.Tokens = engine.Tokens{Known: true, IDs: []int64{1, 9, 9, 9, 9, 9, 9, 5}}
 			run.State.Media = media(twoImages, `"KW0"`, `"KW1"`)
-			run.State.EC = recorded
+			handoff.EC.Set(run, recorded)
 			if res := n.Run(run.Ctx, legtest.Exec(run, "prefill")); res.Err != nil {
 				t.Fatalf("%s/%s: %v", kvName, ecName, res.Err)
 			}

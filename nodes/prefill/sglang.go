@@ -7,6 +7,7 @@ import (
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/jsonb"
 	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/nodes/internal/handoff"
 	"github.com/celflow/celflow/nodes/internal/leg"
 )
 
@@ -15,7 +16,7 @@ import (
 // (kv_transfer_params.bootstrap_host, else top-level bootstrap_host; missing
 // is a protocol error); the port is the reply's when it reports one, else
 // our own; the room is ours.
-func (n *Prefill) bootstrapFromReply(reply []byte, t *upstream.Target, own *boot) (*engine.Bootstrap, *engine.Error) {
+func (n *Prefill) bootstrapFromReply(reply []byte, t *upstream.Target, own *boot) (*handoff.Bootstrap, *engine.Error) {
 	var top, kvo *jsonb.Object
 	if obj, err := jsonb.Parse(reply); err == nil {
 		top = obj
@@ -25,7 +26,7 @@ func (n *Prefill) bootstrapFromReply(reply []byte, t *upstream.Target, own *boot
 			}
 		}
 	}
-	b := &engine.Bootstrap{Port: own.Port, Room: own.Room}
+	b := &handoff.Bootstrap{Port: own.Port, Room: own.Room}
 	if t.Endpoint != nil {
 		b.Host = t.Host
 	} else {

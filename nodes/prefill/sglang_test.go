@@ -12,6 +12,7 @@ import (
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/upstream"
 	"github.com/celflow/celflow/nodes/decode"
+	"github.com/celflow/celflow/nodes/internal/handoff"
 	"github.com/celflow/celflow/nodes/internal/leg/legtest"
 	"github.com/celflow/celflow/nodes/prefill"
 )
@@ -144,7 +145,7 @@ func TestSGLangConcurrent(t *testing.T) {
 	if field(reHost, pb) != "127.0.0.1" || field(rePort, pb) != "9100" {
 		t.Fatalf("host/port from the picked worker: %s", pb)
 	}
-	if run.State.KV.PrefillRan {
+	if handoff.KV.Value(run).PrefillRan {
 		t.Fatal("the concurrent shape provides nothing")
 	}
 }

@@ -5,16 +5,11 @@
 package render
 
 import (
-	"context"
 	_ "embed"
 	"encoding/json"
-	"time"
 
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/jsonb"
-	"github.com/celflow/celflow/engine/mm"
 	"github.com/celflow/celflow/engine/upstream"
-	"github.com/celflow/celflow/nodes/internal/leg"
 )
 
 //go:embed schema.json
@@ -64,123 +59,7 @@ func build(b *engine.BuildContext, params json.RawMessage) (engine.Node, error) 
 // Contract: render provides T and the items' features on every route; it
 // calls its own service, not a worker role.
 func (n *Node) Contract() engine.Contract {
-	return engine.Contract{Provides: []engine.Key{engine.KeyTokens, engine.KeyFeatures}}
-}
-
-// Run implements engine.Node.
-func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
-	st := &x.Run.State
-	switch x.Run.Req.Route {
-	case engine.RouteChat:
-		return n.chat(ctx, x, st)
-	case engine.RouteCompletions:
-		kind, t, e := mm.ParseCompletionsPrompt(st.Body, nil)
-		if e != nil {
-			return engine.Result{Err: e}
-		}
-		if kind == mm.PromptTokens { // no call: T is the prompt (PROTOCOL 4.3)
-			return n.publish(st, t, st.Media, nil)
-		}
-		raw, res := n.call(ctx, x, CompletionsPath, st.Body)
-		if res.Err != nil {
-			return res
-		}
-		t, e = mm.ParseRenderCompletions(raw)
-		if e != nil && !jsonb.Valid(raw) { // not JSON at all: 502 bad_gateway, not a protocol error
-			e = leg.Unparseable(x, res.HTTPStatus, raw)
-		}
-		if e != nil {
-			return engine.Result{HTTPStatus: res.HTTPStatus, Err: e, Attrs: res.Attrs}
-		}
-		return n.publish(st, t, st.Media, &res)
-	case engine.RouteGenerate:
-		// The front parsed token_ids and features (PROTOCOL 1.5): no call,
-		// but the limits still apply (PROTOCOL 4.5).
-		return n.publish(st, st.Tokens, st.Media, nil)
-	}
-	return engine.Result{Err: engine.Errorf(engine.KindInternal, "render: unknown route %v", x.Run.Req.Route)}
-}
-
-func (n *Node) chat(ctx context.Context, x *engine.Exec, st *engine.State) engine.Result {
-	media := st.Media
-	if len(media) == 0 {
-		// No fetch-media ran: find the parts so features can be matched.
-		parts, err := mm.ScanParts(st.Body, nil)
-		if err != nil {
-			e := engine.Errorf(engine.KindInvalidJSON, "request body is not valid JSON")
-			e.Cause = err
-			return engine.Result{Err: e}
-		}
-		media = mm.MediaItems(parts)
-	}
-	raw, res := n.call(ctx, x, ChatPath, st.Body)
-	if res.Err != nil {
-		return res
-	}
-	t, items, e := mm.ParseRenderChat(raw, media)
-	if e != nil && !jsonb.Valid(raw) { // judged only on failure: the parse above validated it
-		e = leg.Unparseable(x, res.HTTPStatus, raw)
-	}
-	if e != nil {
-		return engine.Result{HTTPStatus: res.HTTPStatus, Err: e, Attrs: res.Attrs}
-	}
-	return n.publish(st, t, items, &res)
-}
-
-// call posts body (byte-faithful) to the render service and reads a JSON reply.
-func (n *Node) call(ctx context.Context, x *engine.Exec, path string, body []byte) ([]byte, engine.Result) {
-	if n.client == nil {
-		return nil, engine.Result{Err: engine.Errorf(engine.KindInternal, "render was built without an upstream client")}
-	}
-	l := leg.NewLeg(x, "", path, jsonb.Raw(body), n.cfg.ttfb)
-	n.cfg.body.Apply(l)
-	attrs := map[string]any{
-		"celflow.upstream.url": n.cfg.address + path,
-		"celflow.bytes_out":    l.Length,
-	}
-	start := time.Now()
-	resp, e := leg.Send(ctx, x, n.client, n.cfg.address, l)
-	if resp != nil {
-		attrs["http.response.status_code"] = resp.StatusCode
-	}
-	if e != nil {
-		status := 0
-		if resp != nil {
-			status = resp.StatusCode
-		}
-		return nil, engine.Result{HTTPStatus: status, Err: e, Attrs: attrs}
-	}
-	attrs[string(leg.AttrTTFB)] = float64(time.Since(start).Microseconds()) / 1000
-	// Read, not ReadJSON: the mm parsers scan the reply anyway (a 50k-id
-	// reply is the largest body render sees), and judge it on failure.
-	raw, e := leg.ReadBody(x, resp, replyLimit)
-	res := engine.Result{HTTPStatus: resp.StatusCode, Attrs: attrs}
-	if e != nil {
-		res.Err = e
-		return nil, res
-	}
-	attrs["celflow.bytes_in"] = len(raw)
-	return raw, res
-}
-
-// publish checks the limits and writes T and the items to the run state.
-func (n *Node) publish(st *engine.State, t engine.Tokens, items []engine.MediaItem, res *engine.Result) engine.Result {
-	out := engine.Result{}
-	if res != nil {
-		out = *res
-	}
-	if out.Attrs == nil {
-		out.Attrs = map[string]any{}
-	}
-	out.Attrs["celflow.tokens"] = len(t.IDs)
-	out.Attrs["celflow.media.items"] = len(items)
-	if e := mm.CheckLimits(t, items, n.cfg.maxTotal, n.cfg.maxPlaceholder); e != nil {
-		out.Err = e
-		return out
-	}
-	st.Tokens = t
-	st.Media = items
-	return out
+	return engine.Contract{Provides: []engine.AnyKey{engine.KeyTokens, engine.KeyFeatures}}
 }
 
 var _ engine.Node = (*Node)(nil)

@@ -7,8 +7,8 @@ import (
 	"github.com/celflow/celflow/engine/jsonb"
 )
 
-// sharedBody is the engine.Run.Shared key of the run's body index.
-const sharedBody = "leg.body"
+// bodyKey holds the run's body index, shared by every leg of the run.
+var bodyKey = engine.NewKey[*bodyIndex]("leg.body")
 
 // bodyIndex caches the top-level index of one version of State.Body. The
 // index is read-only once built, so legs running at once may share it.
@@ -29,7 +29,7 @@ func ParseBody(x *engine.Exec, body []byte) (*jsonb.Object, *engine.Error) {
 	if o := x.Run.State.BodyObj; o != nil && sameSlice(o.Buf, body) {
 		return o, nil
 	}
-	bi := x.Run.Shared(sharedBody, func() any { return &bodyIndex{} }).(*bodyIndex)
+	bi := bodyKey.GetOrMake(x.Run, func() *bodyIndex { return &bodyIndex{} })
 	bi.mu.Lock()
 	defer bi.mu.Unlock()
 	if bi.obj != nil && sameSlice(bi.buf, body) {

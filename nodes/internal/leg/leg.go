@@ -49,6 +49,7 @@ func Do(ctx context.Context, x *engine.Exec, c *upstream.Client, base string, l 
 	if recording { // no clock read on the untraced hot path
 		start = time.Now()
 	}
+	stampPool(x, c, l)
 	resp, err := c.Send(ctx, base, l)
 	if err == nil {
 		if recording {
@@ -60,6 +61,27 @@ func Do(ctx context.Context, x *engine.Exec, c *upstream.Client, base string, l 
 		resp.Body.Close()
 	}
 	return nil, classify(ctx, l.Role, err)
+}
+
+// stampPool carries the pool the node's target rule chose (LegTarget.Pool)
+// to a gateway as upstream.PoolHeader: the gateway's HTTPRoute sends the leg
+// to that InferencePool. In direct mode the leg already goes to an endpoint
+// of the pool (PickFor). The rule's headers are shared by every request, so
+// they are copied, never modified.
+func stampPool(x *engine.Exec, c *upstream.Client, l *upstream.Leg) {
+	p := pool(x)
+	if p == "" || c.Direct() {
+		return
+	}
+	if v := l.TargetHeader[upstream.PoolHeader]; len(v) == 1 && v[0] == p {
+		return // a resend of this leg
+	}
+	h := make(http.Header, len(l.TargetHeader)+1)
+	for k, v := range l.TargetHeader {
+		h[k] = v
+	}
+	h[upstream.PoolHeader] = []string{p}
+	l.TargetHeader = h
 }
 
 func classify(ctx context.Context, role upstream.Role, err error) *engine.Error {

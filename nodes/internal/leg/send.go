@@ -11,6 +11,13 @@ import (
 	"github.com/celflow/celflow/engine/upstream"
 )
 
+// OwnedHeaders are server-owned headers stamped on every worker leg of the
+// run after the client's headers were filtered (the async broker's
+// objective and fairness id). The node that provides them runs before any
+// leg is built; read-only afterwards. Unset for none; worker nodes read them
+// without needing them (most runs have none).
+var OwnedHeaders = engine.NewKey[http.Header]("owned-headers")
+
 // NewLeg builds a leg carrying body, with the client's headers, the
 // canonical id and the node's trace context. The body is replayable (one
 // resend on a stale keep-alive connection).
@@ -27,7 +34,7 @@ func NewLeg(x *engine.Exec, role upstream.Role, path string, body *jsonb.Body, t
 	if x.Run != nil && x.Run.Req != nil {
 		l.Header = x.Run.Req.Header
 		l.ReqID = x.Run.Req.ID
-		l.Extra = x.Run.LegHeader
+		l.Extra = OwnedHeaders.Value(x.Run)
 	}
 	if x.Target != nil {
 		l.TargetHeader, l.TargetDrop = x.Target.Header, x.Target.Drop
@@ -79,6 +86,10 @@ func pool(x *engine.Exec) string {
 	return x.Target.Pool
 }
 
+// triedKey holds, per node and fan-out item (the key's scope), the
+// endpoints its attempts were sent to.
+var triedKey = engine.NewKey[*tried]("leg.tried")
+
 // tried is the endpoints one node's attempts were sent to in one run.
 type tried struct {
 	mu   sync.Mutex
@@ -92,7 +103,7 @@ func PickFor(x *engine.Exec, c *upstream.Client, role upstream.Role) (*upstream.
 	if !c.Direct() || x.Run == nil {
 		return pick(c, role, pool(x), nil)
 	}
-	tr := x.Run.Shared("leg.tried/"+x.NodeID+"/"+strconv.Itoa(x.Index), func() any { return &tried{} }).(*tried)
+	tr := triedKey.GetOrMakeIn(x.Run, x.NodeID+"/"+strconv.Itoa(x.Index), func() *tried { return &tried{} })
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	var exclude []string

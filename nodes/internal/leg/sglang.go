@@ -11,8 +11,10 @@ import (
 	"github.com/celflow/celflow/engine/upstream"
 )
 
-// SharedSGLang is the engine.Run.Shared key of a request's SGLang session.
-const SharedSGLang = "sglang"
+// SGLangSession is the key of a request's SGLang session: a rendezvous
+// (engine.Key.Meet) that the concurrent prefill and a kv-sglang decode both
+// provide, so the compiler sees their coupling.
+var SGLangSession = engine.NewKey[*SGLang]("sglang").Meet()
 
 // SGLang is one request's kv-sglang rendezvous in the concurrent shape
 // (PROTOCOL 9): the prefill and decode nodes run with no edge between them
@@ -44,7 +46,7 @@ func NewRoom() uint64 { return rand.Uint64() >> 1 }
 // the room is drawn and, with c non-nil, a prefill endpoint picked. port is
 // the configured bootstrap port (used when the endpoint lists none).
 func Session(x *engine.Exec, c *upstream.Client, port int) *SGLang {
-	return x.Run.Shared(SharedSGLang, func() any {
+	return SGLangSession.GetOrMake(x.Run, func() *SGLang {
 		s := &SGLang{Room: NewRoom(), Port: port}
 		if c == nil {
 			return s
@@ -59,7 +61,7 @@ func Session(x *engine.Exec, c *upstream.Client, port int) *SGLang {
 			s.Port = t.Endpoint.BootstrapPort
 		}
 		return s
-	}).(*SGLang)
+	})
 }
 
 // JoinDecode registers decode's cancel func. It returns prefill's error when

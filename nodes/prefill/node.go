@@ -12,6 +12,7 @@ import (
 	"github.com/celflow/celflow/connectors/kv"
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/nodes/internal/handoff"
 	"github.com/celflow/celflow/nodes/internal/leg"
 )
 
@@ -156,7 +157,7 @@ func (n *Prefill) buildSGLang(b *engine.BuildContext, p params, kvPath string) e
 
 // Contract: prefill provides the KV handoff; a tokens-in prefill needs T on
 // chat (its body is built from T and the features); the concurrent kv-sglang
-// shape provides nothing (decode runs beside it) and survives the run's end.
+// shape provides the SGLang session it meets decode in (decode runs beside it) and survives the run's end.
 func (n *Prefill) Contract() engine.Contract {
 	c := engine.Contract{Role: string(upstream.RolePrefill)}
 	if n.tokensIn {
@@ -164,8 +165,9 @@ func (n *Prefill) Contract() engine.Contract {
 	}
 	if n.concurrent {
 		c.SurvivesEnd, c.SharedEndpoint = true, true
+		c.Provides = []engine.AnyKey{leg.SGLangSession}
 	} else {
-		c.Provides = []engine.Key{engine.KeyKV}
+		c.Provides = []engine.AnyKey{handoff.KV}
 	}
 	return c
 }

@@ -94,7 +94,14 @@ func Build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 // without T no tokens (PROTOCOL 8, celflow differs Q1). Its outputs feed
 // metrics (nothing can read them in CEL: nothing follows decode).
 func (n *Decode) Contract() engine.Contract {
-	return engine.Contract{Role: string(upstream.RoleDecode), Responds: true, Terminal: true, Outputs: decodeOutputs}
+	c := engine.Contract{Role: string(upstream.RoleDecode), Responds: true, Terminal: true, Outputs: decodeOutputs}
+	if n.sglang {
+		// A kv-sglang decode meets a concurrent prefill in the run's SGLang
+		// session (either may make it): declared so the compiler sees the
+		// coupling.
+		c.Provides = []engine.AnyKey{leg.SGLangSession}
+	}
+	return c
 }
 
 var decodeOutputs = []engine.Output{{Name: "aggregated", Type: "bool"}, {Name: "handover", Type: "duration"}}
