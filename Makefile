@@ -11,6 +11,12 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # -X main.version stamps every command's main.version: `celflow --version`, celflow_build_info
 # and SARIF's driver version report it (cmd/internal/buildversion).
 LDFLAGS := -s -w -X main.version=$(VERSION)
+# grpcnotrace: gRPC (linked through the OTLP trace exporters) leaves out its golang.org/x/net/trace
+# debug pages, which celflow never serves; they pull in html/template and keep the linker from
+# dropping unused methods: 29.2 MiB -> 21.7 MiB for bin/celflow, nothing celflow does changes.
+TAGS    := grpcnotrace
+# The serving binary's size budget (stripped): 25 MiB.
+MAX_BIN_BYTES := 26214400
 
 .PHONY: build test test-race test-unit test-e2e lint validate bench bench-go demo trace-demo clean fuzz fuzz-short
 
@@ -19,7 +25,9 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 build: $(BIN)
 
 $(BIN) $(SIM_BIN) $(BENCH_BIN) $(DEMO_BIN): FORCE
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ $(CMDS)
+	$(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/ $(CMDS)
+	@size=$$(wc -c <$(BIN)); if [ $$size -gt $(MAX_BIN_BYTES) ]; then \
+	  echo "$(BIN) is $$size bytes, over its $(MAX_BIN_BYTES)-byte budget"; exit 1; fi
 FORCE:
 
 ## test: lint, unit tests (which replay every committed fuzz input in testdata/fuzz as a

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/celflow/celflow/engine/jsonb"
+	"github.com/celflow/celflow/internal/jsonb"
 )
 
 // Kind is the small closed set of error kinds celflow returns (PROTOCOL 12).
@@ -296,7 +296,7 @@ func DuplicateKey(path string, cause error) *Error {
 }
 
 // Classified is implemented by a domain error that knows what it means to
-// the client (engine/mm's rejections, a connector's protocol errors): the
+// the client (connectors/mm's rejections, a connector's protocol errors): the
 // core classifies through it instead of knowing the packages above it.
 // AsError takes the outermost one in the chain (errors.As), so a package may
 // wrap another's classified error in its own.

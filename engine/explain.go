@@ -136,7 +136,7 @@ func (w *Workflow) Explain(ctx context.Context, p Probe, assume map[string]Assum
 
 // generateTokens reads a generate body's token_ids as the front would need
 // them: an array of integers (the front's full validation, ranges and
-// features included, lives in engine/mm; explain only needs the count and
+// features included, lives in connectors/mm; explain only needs the count and
 // values CEL can see).
 func generateTokens(body []byte) (Tokens, error) {
 	var g struct {

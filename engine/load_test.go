@@ -6,10 +6,10 @@ import (
 	"testing"
 
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/enginetest"
+	"github.com/celflow/celflow/nodes/nodetest"
 )
 
-func init() { enginetest.Register(); registerBench() }
+func init() { nodetest.Register(); registerBench() }
 
 // Every valid workflow in testdata loads without diagnostics and passes its
 // tests: block (ACCEPTANCE 32 for testdata; workflows/ has its own test).

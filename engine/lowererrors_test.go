@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/celflow/celflow/connectors/mm"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/jsonb"
-	"github.com/celflow/celflow/engine/mm"
+	"github.com/celflow/celflow/internal/jsonb"
 )
 
 // Domain packages (mm, jsonb) return their own errors; AsError gives each

@@ -4,7 +4,7 @@ import "encoding/json"
 
 // MediaItem is one media part of the request: an element of the workflow
 // language's media list (CEL variable media). The core defines it because
-// guards, targets and foreach read it; engine/mm parses it from bodies and
+// guards, targets and foreach read it; connectors/mm parses it from bodies and
 // render replies.
 type MediaItem struct {
 	Index    int    // order of appearance over all modalities

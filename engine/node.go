@@ -12,7 +12,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/celflow/celflow/engine/jsonb"
+	"github.com/celflow/celflow/internal/jsonb"
 )
 
 // Need is one requirement of a node. Routes limits it to some client routes
@@ -249,7 +249,7 @@ func (r *Run) Answered() bool {
 type State struct {
 	// Body is the current client body: the received bytes, or the version
 	// with media URLs rewritten to data URIs by fetch-media. Legs splice
-	// their edits into it (engine/jsonb); it is never re-encoded whole.
+	// their edits into it (internal/jsonb); it is never re-encoded whole.
 	Body []byte
 	// BodyObj is the index of Body when someone already parsed it (the front
 	// does, once); legs reuse it instead of scanning the body again. A node

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/enginetest"
+	"github.com/celflow/celflow/nodes/nodetest"
 )
 
 const head = "apiVersion: celflow/v1\nkind: Workflow\nmetadata: {name: t, version: \"2\"}\n"
@@ -37,7 +37,7 @@ func serve(t testing.TB, w *engine.Workflow, ctx context.Context, route engine.R
 	req := &engine.Request{ID: "r1", Route: route, Header: http.Header{"X-Tenant": {"acme"}}, Body: []byte(body), Model: "m"}
 	run := engine.NewRun(ctx, req, rec)
 	rep := w.Serve(run)
-	return result{rep: rep, rec: rec, events: enginetest.Events(run), run: run}
+	return result{rep: rep, rec: rec, events: nodetest.Events(run), run: run}
 }
 
 func outcome(rep *engine.Report, id string) engine.Outcome {

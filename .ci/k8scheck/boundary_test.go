@@ -149,7 +149,7 @@ func TestTrustBoundaryRoutes(t *testing.T) {
 }
 
 // ownedHeaders are the headers naming a phase or an endpoint that the
-// public edge removes (celflow's built-in list, engine/upstream.OwnedHeaders,
+// public edge removes (celflow's built-in list, connectors/upstream.OwnedHeaders,
 // docs/threat-model.md; this module does not import celflow's).
 var ownedHeaders = []string{"EPP-Profile", "Prefer",
 	"x-gateway-destination-endpoint", "x-gateway-destination-endpoint-subset", "x-gateway-destination-endpoint-served",

@@ -19,7 +19,7 @@ import (
 
 	"github.com/celflow/celflow/cmd/internal/buildversion"
 	"github.com/celflow/celflow/cmd/internal/demo"
-	"github.com/celflow/celflow/engine/front"
+	"github.com/celflow/celflow/cmd/internal/server/front"
 	_ "github.com/celflow/celflow/nodes/all" // every shipped node type, as celflow serve has them
 )
 

@@ -3,10 +3,10 @@ package main
 import (
 	"net/http"
 
+	"github.com/celflow/celflow/cmd/internal/server/admission"
+	"github.com/celflow/celflow/cmd/internal/server/config"
+	"github.com/celflow/celflow/cmd/internal/server/front"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/admission"
-	"github.com/celflow/celflow/engine/config"
-	"github.com/celflow/celflow/engine/front"
 	"github.com/celflow/celflow/nodes/asyncbroker"
 )
 

@@ -9,12 +9,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/celflow/celflow/cmd/internal/server/config"
+	"github.com/celflow/celflow/cmd/internal/server/metrics"
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/config"
-	"github.com/celflow/celflow/engine/metrics"
-	"github.com/celflow/celflow/engine/telemetry"
-	"github.com/celflow/celflow/engine/tlsfiles"
-	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/internal/telemetry"
+	"github.com/celflow/celflow/internal/tlsfiles"
 	"github.com/celflow/celflow/nodes/asyncbroker"
 	"github.com/celflow/celflow/schema"
 )

@@ -14,7 +14,7 @@ import (
 // configFixtures holds the serve-config fixtures: invalid/*.yaml must be
 // refused and valid/*.yaml accepted by every entry point. Relative to this
 // package (the repository root is ../..).
-const configFixtures = "../../engine/config/testdata"
+const configFixtures = "../../cmd/internal/server/config/testdata"
 
 // verdict is what one entry point made of a config: its exit code and the
 // diagnostics text it printed.

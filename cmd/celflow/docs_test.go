@@ -7,14 +7,14 @@ import (
 	"testing"
 
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/enginetest"
+	"github.com/celflow/celflow/nodes/nodetest"
 )
 
 // Every complete YAML example of docs/workflow-reference.md loads (with the
 // real node types linked into this binary, stand-ins for any missing) and
 // passes its tests: block.
 func TestWorkflowReferenceExamples(t *testing.T) {
-	enginetest.RegisterStandIns()
+	nodetest.RegisterStandIns()
 	doc, err := os.ReadFile("../../docs/workflow-reference.md")
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/telemetry"
+	"github.com/celflow/celflow/internal/telemetry"
 )
 
 // tracedExplain runs Explain with an in-memory OpenTelemetry SDK installed,

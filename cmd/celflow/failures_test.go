@@ -18,10 +18,10 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/celflow/celflow/cmd/internal/server/front"
+	"github.com/celflow/celflow/cmd/internal/server/metrics"
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/front"
-	"github.com/celflow/celflow/engine/metrics"
-	"github.com/celflow/celflow/engine/upstream"
 )
 
 // Issue 12, visible failures: a really failing prefill worker in a direct

@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/celflow/celflow/cmd/internal/buildversion"
-	"github.com/celflow/celflow/engine/metrics"
+	"github.com/celflow/celflow/cmd/internal/server/metrics"
 	_ "github.com/celflow/celflow/nodes/all" // every shipped node type
 )
 

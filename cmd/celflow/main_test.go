@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/celflow/celflow/engine/enginetest"
+	"github.com/celflow/celflow/nodes/nodetest"
 )
 
-func init() { enginetest.Register() }
+func init() { nodetest.Register() }
 
 const (
 	validEPD = "../../testdata/workflows/valid/epd.yaml"

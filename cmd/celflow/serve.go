@@ -13,11 +13,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/sirupsen/logrus"
 
+	"github.com/celflow/celflow/cmd/internal/server/config"
+	"github.com/celflow/celflow/cmd/internal/server/front"
+	"github.com/celflow/celflow/cmd/internal/server/metrics"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/config"
-	"github.com/celflow/celflow/engine/front"
-	"github.com/celflow/celflow/engine/metrics"
-	"github.com/celflow/celflow/engine/telemetry"
+	"github.com/celflow/celflow/internal/telemetry"
 	"github.com/celflow/celflow/schema"
 )
 

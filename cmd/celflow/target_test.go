@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/upstream"
 )
 
 // Target rules are checked at load like every other field: where they may

@@ -9,11 +9,11 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/celflow/celflow/engine/config"
-	"github.com/celflow/celflow/engine/front"
-	"github.com/celflow/celflow/engine/metrics"
-	"github.com/celflow/celflow/engine/tlsfiles"
-	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/cmd/internal/server/config"
+	"github.com/celflow/celflow/cmd/internal/server/front"
+	"github.com/celflow/celflow/cmd/internal/server/metrics"
+	"github.com/celflow/celflow/connectors/upstream"
+	"github.com/celflow/celflow/internal/tlsfiles"
 )
 
 // tlsState is serve's TLS material: the listener's (nil when it serves

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/celflow/celflow/engine/tlsfiles/tlstest"
+	"github.com/celflow/celflow/internal/tlsfiles/tlstest"
 )
 
 // TLS on every hop, in process: a client → celflow over HTTPS (HTTP/2),

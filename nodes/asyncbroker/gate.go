@@ -6,7 +6,7 @@ import (
 )
 
 // InFlightView is what the dispatcher's gate reads: legs in flight per
-// worker pool (role). engine/upstream's Client satisfies it through
+// worker pool (role). connectors/upstream's Client satisfies it through
 // UpstreamView; the admission controller can provide another.
 type InFlightView interface {
 	InFlight(role string) int64

@@ -1,9 +1,9 @@
 package conditionaldecode
 
 import (
+	"github.com/celflow/celflow/connectors/mm"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/jsonb"
-	"github.com/celflow/celflow/engine/mm"
+	"github.com/celflow/celflow/internal/jsonb"
 	"github.com/celflow/celflow/nodes/internal/leg"
 )
 

@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/upstream"
 	"github.com/celflow/celflow/nodes/internal/leg"
 )
 

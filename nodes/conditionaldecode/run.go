@@ -5,8 +5,8 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/upstream"
 	"github.com/celflow/celflow/nodes/internal/leg"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/jsonb"
+	"github.com/celflow/celflow/internal/jsonb"
 	"github.com/celflow/celflow/nodes/internal/handoff"
 )
 

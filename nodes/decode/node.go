@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/celflow/celflow/connectors/kv"
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/upstream"
 	"github.com/celflow/celflow/nodes/internal/leg"
 )
 

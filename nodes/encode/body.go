@@ -3,9 +3,9 @@ package encode
 import (
 	"fmt"
 
+	"github.com/celflow/celflow/connectors/mm"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/jsonb"
-	"github.com/celflow/celflow/engine/mm"
+	"github.com/celflow/celflow/internal/jsonb"
 )
 
 // chatBody is one item's chat-format sub-request (PROTOCOL 6):

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/celflow/celflow/connectors/mm"
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/mm"
-	"github.com/celflow/celflow/engine/upstream"
 	"github.com/celflow/celflow/nodes/internal/handoff"
 )
 

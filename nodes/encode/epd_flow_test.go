@@ -7,14 +7,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/celflow/celflow/connectors/mm"
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/mm"
-	"github.com/celflow/celflow/engine/upstream"
 	_ "github.com/celflow/celflow/nodes/conditionaldecode"
 	_ "github.com/celflow/celflow/nodes/decode"
 	_ "github.com/celflow/celflow/nodes/fetchmedia"
@@ -55,35 +56,17 @@ func (r *recorder) by(profile string, prefer bool) []legRec {
 	return out
 }
 
-const epdYAML = `apiVersion: celflow/v1
-kind: Workflow
-metadata: {name: epd-flow, version: "1"}
-defaults: {kv_connector: kv-nixl, ec_connector: ec-nixl}
-nodes:
-  - id: fetch
-    type: fetch-media
-    when: request.format == "chat"
-    params: {allow_loopback: true}
-  - id: render
-    type: render
-    needs: [fetch]
-    params: {address: "RENDER"}
-  - id: try_decode
-    type: conditional-decode
-    needs: [render]
-  - id: encode
-    type: encode
-    needs: [{node: try_decode, if: "response.status == 412"}]
-    when: request.format != "generate"
-    foreach: media
-    max_parallel: 2
-  - id: prefill
-    type: prefill
-    needs: [encode]
-  - id: decode
-    type: decode
-    needs: [prefill]
-`
+// epdYAML is the E/P/D workflow of these flow tests, shared with the
+// server's cancellation flow test.
+var epdYAML = readFile("testdata/epd-flow.yaml")
+
+func readFile(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
 
 // The issue's done-when: two images (one remote from a local server with
 // allow_loopback, one inline) run render → conditional decode (412) → two

@@ -8,7 +8,7 @@ import (
 
 	"github.com/celflow/celflow/connectors/ec"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/jsonb"
+	"github.com/celflow/celflow/internal/jsonb"
 	"github.com/celflow/celflow/nodes/internal/leg"
 )
 

@@ -16,7 +16,7 @@ import (
 	"testing"
 
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/jsonb"
+	"github.com/celflow/celflow/internal/jsonb"
 )
 
 // pngBytes is a real PNG, so sniffing recognises it.

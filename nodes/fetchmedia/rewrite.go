@@ -3,9 +3,9 @@ package fetchmedia
 import (
 	"encoding/base64"
 
+	"github.com/celflow/celflow/connectors/mm"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/jsonb"
-	"github.com/celflow/celflow/engine/mm"
+	"github.com/celflow/celflow/internal/jsonb"
 )
 
 // rewrite builds the new body once: every downloaded part's url string is

@@ -7,8 +7,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/celflow/celflow/connectors/mm"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/mm"
 )
 
 // download is one distinct remote URL of a request (identical URLs of one

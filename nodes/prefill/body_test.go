@@ -7,7 +7,7 @@ import (
 
 	"github.com/celflow/celflow/connectors/kv"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/jsonb"
+	"github.com/celflow/celflow/internal/jsonb"
 )
 
 const chatBody = `{"model":"qwen-vl","messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},` +

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/upstream"
 	"github.com/celflow/celflow/nodes/internal/handoff"
 	"github.com/celflow/celflow/nodes/internal/leg"
 	"github.com/celflow/celflow/nodes/internal/leg/legtest"

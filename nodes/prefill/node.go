@@ -10,8 +10,8 @@ import (
 
 	"github.com/celflow/celflow/connectors/ec"
 	"github.com/celflow/celflow/connectors/kv"
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/upstream"
 	"github.com/celflow/celflow/nodes/internal/handoff"
 	"github.com/celflow/celflow/nodes/internal/leg"
 )

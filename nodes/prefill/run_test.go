@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/celflow/celflow/connectors/ec"
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/upstream"
 	"github.com/celflow/celflow/nodes/internal/handoff"
 	"github.com/celflow/celflow/nodes/internal/leg/legtest"
 )

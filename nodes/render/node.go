@@ -8,8 +8,8 @@ import (
 	_ "embed"
 	"encoding/json"
 
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/upstream"
 )
 
 //go:embed schema.json

@@ -13,9 +13,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/celflow/celflow/connectors/mm"
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/mm"
-	"github.com/celflow/celflow/engine/upstream"
 )
 
 // fakeRender is a render service answering a scripted reply and recording

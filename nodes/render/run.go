@@ -4,10 +4,10 @@ import (
 	"context"
 	"time"
 
+	"github.com/celflow/celflow/connectors/mm"
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/jsonb"
-	"github.com/celflow/celflow/engine/mm"
-	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/internal/jsonb"
 	"github.com/celflow/celflow/nodes/internal/leg"
 )
 

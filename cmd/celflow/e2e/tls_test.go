@@ -22,7 +22,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/celflow/celflow/engine/tlsfiles/tlstest"
+	"github.com/celflow/celflow/internal/tlsfiles/tlstest"
 )
 
 var listeningTLSRe = regexp.MustCompile(`^out: listening on (https://127\.0\.0\.1:\d+)$`)

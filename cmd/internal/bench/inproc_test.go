@@ -11,10 +11,10 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/celflow/celflow/cmd/internal/server/config"
+	"github.com/celflow/celflow/cmd/internal/server/front"
+	"github.com/celflow/celflow/cmd/internal/server/metrics"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/config"
-	"github.com/celflow/celflow/engine/front"
-	"github.com/celflow/celflow/engine/metrics"
 	_ "github.com/celflow/celflow/nodes/all"
 )
 

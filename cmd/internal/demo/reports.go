@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/celflow/celflow/cmd/internal/server/front"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/front"
 )
 
 // Finished is what the front observed about one request.

@@ -11,11 +11,11 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/celflow/celflow/cmd/internal/server/config"
+	"github.com/celflow/celflow/cmd/internal/server/front"
 	"github.com/celflow/celflow/cmd/internal/sim"
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/config"
-	"github.com/celflow/celflow/engine/front"
-	"github.com/celflow/celflow/engine/upstream"
 	"github.com/celflow/celflow/nodes/asyncbroker"
 )
 

@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/celflow/celflow/engine/telemetry"
+	"github.com/celflow/celflow/internal/telemetry"
 )
 
 // startTracing installs tracing from the standard OTEL_* variables, exactly

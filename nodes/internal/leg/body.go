@@ -4,7 +4,7 @@ import (
 	"sync"
 
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/jsonb"
+	"github.com/celflow/celflow/internal/jsonb"
 )
 
 // bodyKey holds the run's body index, shared by every leg of the run.

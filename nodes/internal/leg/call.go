@@ -5,9 +5,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/jsonb"
-	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/internal/jsonb"
 )
 
 // Call is one worker leg as a node describes it: the role, path and body it

@@ -5,9 +5,9 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/jsonb"
-	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/internal/jsonb"
 	"github.com/celflow/celflow/nodes/internal/leg"
 	"github.com/celflow/celflow/nodes/internal/leg/legtest"
 )

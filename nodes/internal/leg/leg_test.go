@@ -12,9 +12,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/jsonb"
-	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/internal/jsonb"
 	"github.com/celflow/celflow/nodes/internal/leg"
 	"github.com/celflow/celflow/nodes/internal/leg/legtest"
 )

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/upstream"
 )
 
 // Decode decodes params strictly into v (unknown keys are an error at their

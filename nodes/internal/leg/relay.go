@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/upstream"
 )
 
 // Relay claims the client writer and relays a 2xx reply: status, headers,

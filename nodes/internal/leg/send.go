@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/jsonb"
-	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/internal/jsonb"
 )
 
 // OwnedHeaders are server-owned headers stamped on every worker leg of the

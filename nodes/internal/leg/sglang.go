@@ -6,9 +6,9 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/jsonb"
-	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/internal/jsonb"
 )
 
 // SGLangSession is the key of a request's SGLang session: a rendezvous

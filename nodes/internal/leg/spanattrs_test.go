@@ -10,9 +10,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/jsonb"
-	"github.com/celflow/celflow/engine/upstream"
+	"github.com/celflow/celflow/internal/jsonb"
 	"github.com/celflow/celflow/nodes/internal/leg"
 	"github.com/celflow/celflow/nodes/internal/leg/legtest"
 )

@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/telemetry"
+	"github.com/celflow/celflow/internal/telemetry"
 )
 
 // TraceHeaders returns traceparent (and tracestate) naming the node's span

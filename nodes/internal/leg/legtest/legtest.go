@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
-	"github.com/celflow/celflow/engine/upstream"
 )
 
 // Call is one request a Worker received.

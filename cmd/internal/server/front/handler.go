@@ -1,0 +1,262 @@
+package front
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/celflow/celflow/connectors/mm"
+	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/internal/jsonb"
+	"github.com/celflow/celflow/internal/telemetry"
+)
+
+// serveHTTP wraps every request: canonical id first (so that every reply,
+// even a 404 or a panic's 500, carries X-Request-Id), in-flight tracking
+// for the shutdown, the draining refusal, and the summary line.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	x := &exchange{ResponseWriter: w, start: time.Now()}
+	x.id, x.rejected = requestID(r.Header)
+	if x.rejected >= 0 {
+		// The rejected value must never travel further (CEL, logs, legs).
+		r.Header.Del("X-Request-Id")
+	}
+	w.Header().Set("X-Request-Id", x.id)
+	// A write deadline set by an earlier reply on this kept-alive connection
+	// must not cut this one (the server itself has no write timeout).
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+
+	s.track.add()
+	defer s.track.done()
+	defer s.finish(x, r)
+
+	if !s.admit(x, r) { // framing and header limits (limits.go)
+		return
+	}
+	if s.draining.Load() && r.URL.Path != PathHealthz && r.URL.Path != PathHealth {
+		x.route = routeOf(r.URL.Path)
+		// Go elsewhere now, as a refused admission says (admission.go).
+		w.Header().Set("Retry-After", retryAfter(s.cur.Load().adm.RetryAfter))
+		s.fail(x, engine.Errorf(engine.KindShuttingDown, "server is shutting down"))
+		return
+	}
+	s.router.ServeHTTP(x, r)
+}
+
+// finish turns a panic into a 500 (or an abnormal end when the reply had
+// started), logs the summary line, reports to Observe, and finally aborts
+// the connection when the reply must end abnormally (PROTOCOL 13).
+func (s *Server) finish(x *exchange, r *http.Request) {
+	if p := recover(); p != nil {
+		if p != http.ErrAbortHandler { // a sentinel, compared by identity as net/http does
+			s.entry(x).WithFields(map[string]any{"panic": p, "stack": string(debug.Stack())}).
+				Error("panic while serving a request")
+			s.fail(x, engine.Errorf(engine.KindInternal, "internal error"))
+		} else {
+			x.abort = true
+		}
+	}
+	s.logRequest(x, r)
+	if s.opts.Observe != nil && !x.probe {
+		ob := Observation{Route: x.route, Status: x.sentStatus(), Duration: time.Since(x.start),
+			Report: x.report, Run: x.run, Partial: x.abort}
+		if !x.firstByte.IsZero() {
+			ob.FirstByte = x.firstByte.Sub(x.start)
+		}
+		ob.Stream = x.run != nil && x.run.Req.Stream ||
+			x.wroteHeader && strings.HasPrefix(x.Header().Get("Content-Type"), "text/event-stream")
+		s.opts.Observe(&ob)
+	}
+	if x.abort {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// routeOf maps a client path to its route (0 when it is none).
+func routeOf(path string) engine.Route {
+	for _, rt := range engine.Routes {
+		if rt.Path() == path {
+			return rt
+		}
+	}
+	return 0
+}
+
+// inference serves one client route through its workflow: the runner and
+// body cap of the live set current at arrival, kept to the end of the
+// request whatever a reload swaps meanwhile.
+func (s *Server) inference(route engine.Route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		x := w.(*exchange) // serveHTTP always wraps
+		x.route = route
+		if s.opts.InFlight != nil {
+			defer s.opts.InFlight()()
+		}
+		lv := s.cur.Load()
+		runner := lv.runners[route]
+		if runner == nil {
+			s.fail(x, engine.Errorf(engine.KindNotFound, "the workflow does not serve %s", route.Path()))
+			return
+		}
+		// Admission comes before the body is read: a waiting request holds
+		// no body (admission.go).
+		if !s.admitInFlight(x, r, route, lv) {
+			return
+		}
+		x.slot, x.slotHeld = s.adm, true
+		defer x.ReleaseSlot()
+		body, e := readBody(x, r, lv.maxBody)
+		if e != nil && e.Kind == engine.KindTooLarge {
+			s.refuse(x, r, e, lv.maxBody) // the 413 reaches a client still sending
+			return
+		}
+		if e != nil {
+			s.fail(x, e)
+			return
+		}
+		req, obj, tokens, media, e := parseRequest(x.id, route, r.Header, body)
+		s.debugRequest(x, r, body)
+		if e == nil {
+			// The trust boundary (reserved.go). Stripping edits chat bodies
+			// only, for which parseRequest computed no media offsets.
+			req.Body, obj, e = GuardFields(route, req.Body, obj, lv.clientFields)
+		}
+		if e != nil {
+			s.fail(x, e)
+			return
+		}
+
+		// The server span continues the client's trace; with tracing off it
+		// is a no-op that allocates nothing.
+		ctx, span := telemetry.StartRequest(r.Context(), r, route.Path())
+		if span.IsRecording() {
+			span.SetAttributes(telemetry.AttrRequestID.String(x.id))
+		}
+		// The run's context is cancelled when the client goes away (or the
+		// shutdown budget cuts the request), but not merely because this
+		// handler returned: a node that survives the end of the run (the
+		// concurrent SGLang prefill, PROTOCOL 9) must not be cancelled when
+		// decode's reply completes first.
+		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		stop := context.AfterFunc(ctx, cancel)
+		// Once the handler has finished, the watch is dropped: survivors run
+		// on until they return (each node's own timeout still bounds them).
+		defer stop()
+		run := engine.NewRun(runCtx, req, x)
+		run.Slot = x
+		run.State.BodyObj = obj
+		run.State.Tokens = tokens
+		run.State.Media = media
+		x.run = run
+		rep := runner.Serve(run)
+		x.report = rep
+		s.settle(x, rep)
+		code := ""
+		if x.err != nil {
+			code = x.err.Code()
+		}
+		telemetry.EndRequest(span, x.sentStatus(), code)
+	})
+}
+
+// settle writes the run's error when no node answered, and marks the reply
+// for an abnormal end when a node failed after it had started writing.
+func (s *Server) settle(x *exchange, rep *engine.Report) {
+	switch {
+	case rep == nil:
+		s.fail(x, engine.Errorf(engine.KindInternal, "workflow returned no report"))
+	case rep.Err != nil:
+		// Answered or not, fail writes the error only if nothing was written;
+		// otherwise it marks the reply for an abnormal end (partial response).
+		s.fail(x, rep.Err)
+	case !rep.Answered && !x.wroteHeader:
+		s.fail(x, engine.Errorf(engine.KindInternal, "no node answered the client"))
+	}
+}
+
+// readBody reads the body under the cap: 413 above it, 400 when it cannot
+// be read (PROTOCOL 1.3). A declared length is read into one exact buffer.
+func readBody(x *exchange, r *http.Request, limit int64) ([]byte, *engine.Error) {
+	if r.ContentLength > limit {
+		return nil, tooLarge(limit)
+	}
+	if r.ContentLength >= 0 {
+		buf := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, buf); err != nil {
+			return nil, unreadable(err)
+		}
+		return buf, nil
+	}
+	// MaxBytesReader gets the connection's own writer, so that net/http
+	// closes the connection after the 413 instead of draining the rest.
+	buf, err := io.ReadAll(http.MaxBytesReader(x.ResponseWriter, r.Body, limit))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, tooLarge(limit)
+		}
+		return nil, unreadable(err)
+	}
+	return buf, nil
+}
+
+func tooLarge(limit int64) *engine.Error {
+	return engine.Errorf(engine.KindTooLarge, "request body exceeds max_request_body_size (%d MiB)", limit/MiB)
+}
+
+func unreadable(err error) *engine.Error {
+	e := engine.Errorf(engine.KindInvalidJSON, "request body could not be read")
+	e.Cause = err
+	return e
+}
+
+// parseRequest indexes the body once (it must be a JSON object), reads
+// model and stream without validating them, and for the generate route
+// validates token_ids and features at entry (PROTOCOL 1.5, 4.4).
+func parseRequest(id string, route engine.Route, h http.Header, body []byte) (*engine.Request, *jsonb.Object, engine.Tokens, []engine.MediaItem, *engine.Error) {
+	var tokens engine.Tokens
+	obj, err := jsonb.Parse(body)
+	if err != nil {
+		var dup *jsonb.DuplicateKeyError
+		if errors.As(err, &dup) { // the same scan finds repeated names, on every route
+			return nil, nil, tokens, nil, engine.DuplicateKey(dup.Path, err)
+		}
+		return nil, nil, tokens, nil, engine.Errorf(engine.KindInvalidJSON, "request body must be a JSON object: %v", err)
+	}
+	req := &engine.Request{ID: id, Route: route, Header: h, Body: body}
+	if raw, ok := obj.Get("model"); ok {
+		req.Model = jsonString(raw)
+	}
+	if raw, ok := obj.Get("stream"); ok {
+		req.Stream = string(raw) == "true" // the literal only: "true" (a string) is not streaming
+	}
+	var media []engine.MediaItem
+	if route == engine.RouteGenerate {
+		if tokens, media, err = mm.ParseGenerate(body, obj); err != nil {
+			return nil, nil, tokens, nil, engine.AsError(err)
+		}
+	}
+	return req, obj, tokens, media, nil
+}
+
+// jsonString returns a raw JSON string's value, or "" for any other value.
+func jsonString(raw []byte) string {
+	if len(raw) < 2 || raw[0] != '"' {
+		return ""
+	}
+	inner := raw[1 : len(raw)-1]
+	for _, c := range inner {
+		if c == '\\' {
+			var s string
+			if json.Unmarshal(raw, &s) != nil {
+				return ""
+			}
+			return s
+		}
+	}
+	return string(inner)
+}
