@@ -114,7 +114,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	ds = append(ds, config.UnknownEnv(environ(getenv), schema.Warning)...)
 	fmt.Fprint(stderr, ds.Pretty()) // warnings, printed as validate prints them
 
-	shutdownTracing, err := telemetry.Setup(ctx, cfg.Telemetry.Tracing)
+	tracing := cfg.Telemetry.Tracing
+	tracing.ServiceVersion = celflowVersion() // the resource's service.version: the build's stamp
+	shutdownTracing, err := telemetry.Setup(ctx, tracing)
 	if err != nil {
 		log.WithError(err).Error("tracing")
 		return 1

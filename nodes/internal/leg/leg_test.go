@@ -243,6 +243,18 @@ func TestDecodeParams(t *testing.T) {
 	if err := leg.Decode(nil, &p); err != nil {
 		t.Fatal(err)
 	}
+	// Fields of an embedded struct are the params' own (leg.BodyParams).
+	var q struct {
+		A string `json:"a"`
+		leg.BodyParams
+	}
+	if err := leg.Decode([]byte(`{"a":"x","idle_timeout":"5s"}`), &q); err != nil || q.IdleTimeout != "5s" {
+		t.Fatalf("embedded field: %v %+v", err, q)
+	}
+	var pe *engine.ParamError
+	if err := leg.Decode([]byte(`{"a":"x","idle":"5s"}`), &q); !errors.As(err, &pe) || pe.Path != "/idle" {
+		t.Fatalf("unknown beside an embedded struct: %v", err)
+	}
 }
 
 // ACCEPTANCE 23

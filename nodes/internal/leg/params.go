@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -15,21 +16,23 @@ import (
 	"github.com/celflow/celflow/engine"
 )
 
-// Decode decodes params strictly into v (unknown keys are an error at their
-// pointer); empty or null params leave v as it is.
+// Decode decodes params strictly into v, a pointer to a struct (unknown keys
+// are an error at their pointer); empty or null params leave v as it is.
+// The compiler has validated params against the type's JSON Schema before
+// Build, so an error here means the schema and the Go struct disagree; it
+// is still located, from typed information only: the struct's json names
+// and encoding/json's *UnmarshalTypeError, never an error text.
 func Decode(params json.RawMessage, v any) error {
 	p := bytes.TrimSpace(params)
 	if len(p) == 0 || string(p) == "null" {
 		return nil
 	}
+	if key, ok := unknownKey(p, v); ok {
+		return &engine.ParamError{Path: "/" + key, Msg: fmt.Sprintf("unknown field %q", key)}
+	}
 	dec := json.NewDecoder(bytes.NewReader(p))
-	dec.DisallowUnknownFields()
+	dec.DisallowUnknownFields() // nested objects
 	if err := dec.Decode(v); err != nil {
-		const unknown = "json: unknown field "
-		if s := err.Error(); strings.HasPrefix(s, unknown) {
-			key := strings.Trim(strings.TrimPrefix(s, unknown), `"`)
-			return &engine.ParamError{Path: "/" + key, Msg: "unknown field " + strings.TrimPrefix(s, unknown)}
-		}
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			return &engine.ParamError{Path: "/" + strings.ReplaceAll(te.Field, ".", "/"), Msg: fmt.Sprintf("expected %s, got %s", te.Type, te.Value)}
@@ -37,6 +40,53 @@ func Decode(params json.RawMessage, v any) error {
 		return &engine.ParamError{Msg: err.Error()}
 	}
 	return nil
+}
+
+// jsonNames adds the lower-cased json names of st's fields to known (as
+// encoding/json sees them: the fields of an untagged embedded struct are
+// promoted, names match case-insensitively).
+func jsonNames(st reflect.Type, known map[string]bool) {
+	for i := 0; i < st.NumField(); i++ {
+		f := st.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" && f.Anonymous && f.Type.Kind() == reflect.Struct {
+			jsonNames(f.Type, known)
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		known[strings.ToLower(name)] = true
+	}
+}
+
+// unknownKey returns the first member of the params object (in sorted
+// order) that no json name of v's struct type takes.
+func unknownKey(p []byte, v any) (string, bool) {
+	t := reflect.TypeOf(v)
+	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return "", false
+	}
+	var members map[string]json.RawMessage
+	if json.Unmarshal(p, &members) != nil {
+		return "", false // not an object: Decode's type error says so
+	}
+	known := map[string]bool{}
+	jsonNames(t.Elem(), known)
+	var unknown []string
+	for k := range members {
+		if !known[strings.ToLower(k)] {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return "", false
+	}
+	sort.Strings(unknown)
+	return unknown[0], true
 }
 
 // Duration parses a duration param at path; "" gives def. Negative values
