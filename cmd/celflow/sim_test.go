@@ -1,13 +1,8 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"io"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/celflow/celflow/cmd/internal/sim"
 )
@@ -16,31 +11,13 @@ import (
 // its first stdout line; the returned func stops it and yields the exit code.
 func runSimAsync(t *testing.T, args ...string) (string, func() int) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	var stderr bytes.Buffer
-	code := make(chan int, 1)
-	go func() {
-		code <- sim.Main(ctx, args, pw, &stderr)
-		pw.Close()
-	}()
-	lines := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(pr).ReadString('\n')
-		lines <- line
-		io.Copy(io.Discard, pr)
-	}()
-	select {
-	case line := <-lines:
-		u, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
-		if !ok || !strings.HasPrefix(u, "http://127.0.0.1:") && !strings.HasPrefix(u, "https://127.0.0.1:") {
-			cancel()
-			t.Fatalf("first line %q (stderr %q)", line, stderr.String())
-		}
-		return u, func() int { cancel(); return <-code }
-	case <-time.After(10 * time.Second):
-		cancel()
-		t.Fatal("no listening line within 10s")
+	u, stop, err := sim.Start(args)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return "", nil
+	if !strings.HasPrefix(u, "http://127.0.0.1:") && !strings.HasPrefix(u, "https://127.0.0.1:") {
+		stop()
+		t.Fatalf("listening on %s, not 127.0.0.1", u)
+	}
+	return u, stop
 }

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -154,3 +156,37 @@ func (f *faultFlag) Set(v string) error {
 }
 
 var _ flag.Value = (*faultFlag)(nil)
+
+// Start runs Main in-process with args (tests and tools that want a
+// simulator without a child process): it returns the URL from the first
+// line Main prints ("listening on URL") and a stop func that cancels it and
+// yields its exit code. It fails when no such line comes within 10 s.
+func Start(args []string) (url string, stop func() int, err error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	var stderr bytes.Buffer
+	code := make(chan int, 1)
+	go func() {
+		code <- Main(ctx, args, pw, &stderr)
+		pw.Close()
+	}()
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(pr).ReadString('\n')
+		lines <- line
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	select {
+	case line := <-lines:
+		u, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
+		if !ok || !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			cancel()
+			<-code
+			return "", nil, fmt.Errorf("celflow-sim: first line %q (stderr %q)", line, stderr.String())
+		}
+		return u, func() int { cancel(); return <-code }, nil
+	case <-time.After(10 * time.Second):
+		cancel()
+		return "", nil, errors.New("celflow-sim: no listening line within 10s")
+	}
+}
