@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // Issue 12 through `celflow serve`: the admission section reaches the
@@ -33,15 +31,8 @@ func TestServeAdmission(t *testing.T) {
 		return serveConfig(gw.URL, listen) + "admission: {max_in_flight: " + strconv.Itoa(bound) + ", retry_after: 2s}\n"
 	}
 	cfgPath := writeFile(t, dir, "serve.yaml", cfg(1))
-	logs := &syncBuf{}
 	hup := make(chan os.Signal, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	exit := make(chan int, 1)
-	go func() {
-		exit <- runServe(ctx, []string{"--config", cfgPath, "--log-format", "json"}, logs, noEnv, hup)
-	}()
-	addr := listenAddr(t, logs, func() bool { return len(exit) > 0 })
+	addr, logs := startServeHUP(t, cfgPath, noEnv, hup)
 
 	done := make(chan int, 2)
 	hold := func() {
@@ -75,14 +66,5 @@ func TestServeAdmission(t *testing.T) {
 		if code := <-done; code != 200 {
 			t.Errorf("held request: %d", code)
 		}
-	}
-	cancel()
-	select {
-	case code := <-exit:
-		if code != 0 {
-			t.Fatalf("exit %d", code)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not stop")
 	}
 }

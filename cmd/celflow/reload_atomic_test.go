@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -150,15 +149,8 @@ func TestServeReloadRejectedChangesNothing(t *testing.T) {
 	writeFile(t, dir, "wf.yaml", atomicWorkflow("alpha", "x-tenant-a", "chat"))
 	cfgPath := writeFile(t, dir, "serve.yaml", atomicConfig(gwA.URL, rs.URL(), 2, 5))
 
-	logs := &syncBuf{}
 	hup := make(chan os.Signal, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	exit := make(chan int, 1)
-	go func() {
-		exit <- runServe(ctx, []string{"--config", cfgPath, "--log-format", "json"}, logs, noEnv, hup)
-	}()
-	addr := listenAddr(t, logs, func() bool { return len(exit) > 0 })
+	addr, logs := startServeHUP(t, cfgPath, noEnv, hup)
 
 	// One queued request of tenant t1, run to its end by the dispatcher.
 	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions",
@@ -234,16 +226,6 @@ func TestServeReloadRejectedChangesNothing(t *testing.T) {
 	if !reflect.DeepEqual(scrape(t, addr, "celflow_build_info"), scrape(t, addr, "celflow_build_info")) ||
 		len(scrape(t, addr, "celflow_build_info")) != 1 {
 		t.Errorf("build info: %v", scrape(t, addr, "celflow_build_info"))
-	}
-
-	cancel()
-	select {
-	case code := <-exit:
-		if code != 0 {
-			t.Fatalf("exit %d: %s", code, logs.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not stop")
 	}
 }
 

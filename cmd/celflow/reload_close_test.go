@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"image"
 	"image/png"
 	"net"
@@ -80,15 +79,8 @@ func TestServeReloadClosesOldGeneration(t *testing.T) {
 	writeFile(t, dir, "wf.yaml", mediaWorkflow)
 	cfgPath := writeFile(t, dir, "serve.yaml", serveConfig(gw.URL, listen))
 
-	logs := &syncBuf{}
 	hup := make(chan os.Signal, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	exit := make(chan int, 1)
-	go func() {
-		exit <- runServe(ctx, []string{"--config", cfgPath, "--log-format", "json"}, logs, noEnv, hup)
-	}()
-	addr := listenAddr(t, logs, func() bool { return len(exit) > 0 })
+	addr, logs := startServeHUP(t, cfgPath, noEnv, hup)
 
 	body := `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` +
 		media.URL + `/cat.png"}}]}]}`
@@ -124,16 +116,6 @@ func TestServeReloadClosesOldGeneration(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-
-	cancel()
-	select {
-	case code := <-exit:
-		if code != 0 {
-			t.Fatalf("exit %d: %s", code, logs.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not stop")
-	}
 }
 
 // The replaced generation waits for the requests running on it: while one
@@ -157,15 +139,8 @@ func TestServeReloadDrainsBeforeClose(t *testing.T) {
 	writeFile(t, dir, "wf.yaml", mediaWorkflow)
 	cfgPath := writeFile(t, dir, "serve.yaml", serveConfig(gw.URL, listen))
 
-	logs := &syncBuf{}
 	hup := make(chan os.Signal, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	exit := make(chan int, 1)
-	go func() {
-		exit <- runServe(ctx, []string{"--config", cfgPath, "--log-format", "json"}, logs, noEnv, hup)
-	}()
-	addr := listenAddr(t, logs, func() bool { return len(exit) > 0 })
+	addr, logs := startServeHUP(t, cfgPath, noEnv, hup)
 
 	body := `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` +
 		media.URL + `/cat.png"}}]}]}`
@@ -205,15 +180,6 @@ func TestServeReloadDrainsBeforeClose(t *testing.T) {
 			t.Fatalf("the drained generation still holds %d connections to the media host", media.conns())
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-	cancel()
-	select {
-	case code := <-exit:
-		if code != 0 {
-			t.Fatalf("exit %d: %s", code, logs.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not stop")
 	}
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -142,15 +141,8 @@ func TestServeReload(t *testing.T) {
 	wfPath := writeFile(t, dir, "wf.yaml", decodeOnly("one", "1"))
 	cfgPath := writeFile(t, dir, "serve.yaml", serveConfig(gwA.URL, listen))
 
-	logs := &syncBuf{}
 	hup := make(chan os.Signal, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	exit := make(chan int, 1)
-	go func() {
-		exit <- runServe(ctx, []string{"--config", cfgPath, "--log-format", "json"}, logs, noEnv, hup)
-	}()
-	addr := listenAddr(t, logs, func() bool { return len(exit) > 0 })
+	addr, logs := startServeHUP(t, cfgPath, noEnv, hup)
 	if code, body := chat(t, addr); code != 200 || body != `{"gw":"a"}` {
 		t.Fatalf("before: %d %s", code, body)
 	}
@@ -227,16 +219,6 @@ func TestServeReload(t *testing.T) {
 	if metric(t, addr, requests("two")) != 1+float64(len(bad)) || metric(t, addr, reloadsOK) != 1 {
 		t.Errorf("the old workflow did not keep serving: two %v, reloads ok %v",
 			metric(t, addr, requests("two")), metric(t, addr, reloadsOK))
-	}
-
-	cancel()
-	select {
-	case code := <-exit:
-		if code != 0 {
-			t.Fatalf("exit %d: %s", code, logs.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not stop")
 	}
 }
 

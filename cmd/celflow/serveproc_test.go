@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -29,18 +30,24 @@ func decodeSim(t *testing.T) *httptest.Server {
 // JSON log.
 func startServe(t *testing.T, cfg string, env map[string]string) (string, *syncBuf) {
 	t.Helper()
+	return startServeHUP(t, cfg, func(k string) string { return env[k] }, nil)
+}
+
+// startServeHUP is startServe with getenv as the environment and hup as the
+// SIGHUP channel (nil: none) the test sends reloads on.
+func startServeHUP(t *testing.T, cfg string, getenv func(string) string, hup chan os.Signal) (string, *syncBuf) {
+	t.Helper()
 	logs := &syncBuf{}
 	ctx, cancel := context.WithCancel(context.Background())
 	exit := make(chan int, 1)
-	getenv := func(k string) string { return env[k] }
-	go func() { exit <- runServe(ctx, []string{"--config", cfg, "--log-format", "json"}, logs, getenv, nil) }()
+	go func() { exit <- runServe(ctx, []string{"--config", cfg, "--log-format", "json"}, logs, getenv, hup) }()
 	addr := servingAddr(t, logs, exit)
 	t.Cleanup(func() {
 		cancel()
 		select {
 		case code := <-exit:
 			if code != 0 {
-				t.Errorf("serve exited %d", code)
+				t.Errorf("serve exited %d: %s", code, logs.String())
 			}
 		case <-time.After(10 * time.Second):
 			t.Error("serve did not stop")
