@@ -3,7 +3,6 @@ package upstream
 import (
 	"crypto/x509"
 	"errors"
-	"strings"
 
 	"github.com/celflow/celflow/internal/tlsfiles"
 )
@@ -36,14 +35,14 @@ func (c *Client) TLSClientLeaf() *x509.Certificate {
 func (c *Client) TLSInsecure() bool { return c.impl.cfg.TLS.InsecureSkipVerify }
 
 // tlsErrors turns tlsfiles' errors into *FieldError values as withDefaults
-// reports them: a "key: message" check at upstream.tls.key; a file that
-// does not load at the section (its message names the file).
+// reports them: a setting (*tlsfiles.KeyError) at upstream.tls.key; a file
+// that does not load at the section (its message names the file).
 func tlsErrors(err error) error {
 	var errs []error
 	for _, e := range unjoin(err) {
-		key, msg, ok := strings.Cut(e.Error(), ": ")
-		if ok && !strings.ContainsAny(key, " /.") {
-			errs = append(errs, &FieldError{Key: "tls." + key, Ptr: "/tls/" + key, Msg: msg})
+		var ke *tlsfiles.KeyError
+		if errors.As(e, &ke) {
+			errs = append(errs, &FieldError{Key: "tls." + ke.Key, Ptr: "/tls/" + ke.Key, Msg: ke.Msg})
 		} else {
 			errs = append(errs, &FieldError{Key: "tls", Ptr: "/tls", Msg: e.Error()})
 		}

@@ -38,10 +38,10 @@ func (c ClientConfig) Configured() bool { return c != (ClientConfig{ReloadInterv
 func (c ClientConfig) Check() []error {
 	var errs []error
 	if (c.CertFile == "") != (c.KeyFile == "") {
-		errs = append(errs, errors.New("cert_file: cert_file and key_file go together"))
+		errs = append(errs, keyErr("cert_file", "cert_file and key_file go together"))
 	}
 	if c.InsecureSkipVerify && c.CAFile != "" {
-		errs = append(errs, errors.New("insecure_skip_verify: ca_file is unused when verification is off; drop one"))
+		errs = append(errs, keyErr("insecure_skip_verify", "ca_file is unused when verification is off; drop one"))
 	}
 	if _, err := version(c.MinVersion); err != nil {
 		errs = append(errs, err)

@@ -39,15 +39,15 @@ type ServerConfig struct {
 // Enabled reports whether the listener serves TLS.
 func (c ServerConfig) Enabled() bool { return c.CertFile != "" || c.SelfSigned }
 
-// Check reports settings that cannot work together, each prefixed by its
+// Check reports settings that cannot work together, each a *KeyError at its
 // key as the YAML spells it under server.tls.
 func (c ServerConfig) Check() []error {
 	var errs []error
 	if (c.CertFile == "") != (c.KeyFile == "") {
-		errs = append(errs, errors.New("cert_file: cert_file and key_file go together"))
+		errs = append(errs, keyErr("cert_file", "cert_file and key_file go together"))
 	}
 	if c.SelfSigned && c.CertFile != "" {
-		errs = append(errs, errors.New("self_signed: set either cert_file and key_file, or self_signed"))
+		errs = append(errs, keyErr("self_signed", "set either cert_file and key_file, or self_signed"))
 	}
 	if _, err := version(c.MinVersion); err != nil {
 		errs = append(errs, err)
@@ -56,7 +56,7 @@ func (c ServerConfig) Check() []error {
 		errs = append(errs, err)
 	}
 	if !c.Enabled() && (c.ClientCAFile != "" || c.ClientAuth != "") {
-		errs = append(errs, errors.New("client_ca_file: client certificates need TLS: set cert_file and key_file, or self_signed"))
+		errs = append(errs, keyErr("client_ca_file", "client certificates need TLS: set cert_file and key_file, or self_signed"))
 	}
 	return errs
 }
@@ -72,14 +72,14 @@ func clientAuth(mode, caFile string) (tls.ClientAuthType, error) {
 		return tls.NoClientCert, nil
 	case "optional", "require":
 		if caFile == "" {
-			return 0, fmt.Errorf("client_auth: %q needs client_ca_file", mode)
+			return 0, keyErr("client_auth", "%q needs client_ca_file", mode)
 		}
 		if mode == "optional" {
 			return tls.VerifyClientCertIfGiven, nil
 		}
 		return tls.RequireAndVerifyClientCert, nil
 	}
-	return 0, fmt.Errorf("client_auth: want \"none\", \"optional\" or \"require\", got %q", mode)
+	return 0, keyErr("client_auth", "want \"none\", \"optional\" or \"require\", got %q", mode)
 }
 
 // Server is the listener's TLS material. Safe for concurrent use: handshakes

@@ -35,6 +35,19 @@ const maxFile = 4 << 20
 // is reported once, not on every poll).
 var ErrUnchanged = errors.New("tls files unchanged")
 
+// KeyError is a setting that cannot work, at its key as the YAML spells it
+// under the tls section (cert_file, min_version...): callers place it at
+// that key without reading the text.
+type KeyError struct {
+	Key, Msg string
+}
+
+func (e *KeyError) Error() string { return e.Key + ": " + e.Msg }
+
+func keyErr(key, format string, args ...any) error {
+	return &KeyError{Key: key, Msg: fmt.Sprintf(format, args...)}
+}
+
 // Versions maps the config's version names to crypto/tls constants. 1.0 and
 // 1.1 are not offered: they are deprecated (RFC 8996) and the floor exists
 // to refuse them.
@@ -48,7 +61,7 @@ func version(name string) (uint16, error) {
 	if v, ok := Versions[name]; ok {
 		return v, nil
 	}
-	return 0, fmt.Errorf("min_version: want \"1.2\" or \"1.3\", got %q", name)
+	return 0, keyErr("min_version", "want \"1.2\" or \"1.3\", got %q", name)
 }
 
 // fileSet reads a set of files (empty names are skipped) and hashes their

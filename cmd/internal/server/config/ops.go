@@ -1,10 +1,12 @@
 package config
 
 import (
+	"errors"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/celflow/celflow/internal/tlsfiles"
 	"github.com/celflow/celflow/schema"
 )
 
@@ -49,18 +51,23 @@ func (c *Config) path(dst *string, v schema.Val[string]) {
 func (c *Config) checkOps() schema.Diagnostics {
 	var ds schema.Diagnostics
 	for _, err := range c.Server.TLS.Check() {
-		ds = append(ds, c.keyDiag("/server/tls/", err.Error()))
+		ds = append(ds, c.keyDiag("/server/tls/", err))
 	}
 	for _, err := range c.Upstream.TLS.Check() {
-		ds = append(ds, c.keyDiag("/upstream/tls/", err.Error()))
+		ds = append(ds, c.keyDiag("/upstream/tls/", err))
 	}
 	return ds
 }
 
-// keyDiag places "key: message" at prefix+key (the section when the key is
-// absent from the document, as for a missing partner key).
-func (c *Config) keyDiag(prefix, text string) schema.Diagnostic {
-	key, msg, _ := strings.Cut(text, ": ")
+// keyDiag places a setting's error (*tlsfiles.KeyError) at prefix+key (the
+// section when the key is absent from the document, as for a missing
+// partner key); another error at the section.
+func (c *Config) keyDiag(prefix string, err error) schema.Diagnostic {
+	var ke *tlsfiles.KeyError
+	if !errors.As(err, &ke) {
+		return c.doc.Diag(strings.TrimSuffix(prefix, "/"), schema.Error, err.Error()).R(schema.RuleTLS)
+	}
+	key, msg := ke.Key, ke.Msg
 	if _, ok := c.doc.Value(prefix + key); ok {
 		return c.doc.Diag(prefix+key, schema.Error, msg).R(schema.RuleTLS)
 	}
