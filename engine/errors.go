@@ -10,7 +10,7 @@ import (
 	"github.com/celflow/celflow/internal/jsonb"
 )
 
-// Kind is the small closed set of error kinds celflow returns (PROTOCOL 12).
+// Kind is the small closed set of error kinds celflow returns (docs/errors.md).
 // Every failure is classified once, here; HTTPStatus and Code are the only
 // mapping from errors to replies.
 type Kind uint8
@@ -67,7 +67,7 @@ type Error struct {
 	// Param is the error body's "param": the JSON path of the offending
 	// field (for example sampling_params.extra_args.kv_transfer_params), or
 	// the string param of an upstream 4xx OpenAI or vLLM error (already cut);
-	// "" for null (PROTOCOL 12).
+	// "" for null (docs/errors.md, Upstream 503, 429 and `param`).
 	Param string
 	// RetryAfter is the reply's Retry-After in whole seconds, 0 for none:
 	// an upstream 503 (default DefaultRetryAfter) or 429 (only when the
@@ -76,11 +76,11 @@ type Error struct {
 }
 
 // DefaultRetryAfter is the Retry-After, in seconds, of an upstream 503 that
-// sent none (or one out of bounds) (PROTOCOL 12).
+// sent none (or one out of bounds) (docs/errors.md, Upstream 503, 429 and `param`).
 const DefaultRetryAfter = 1
 
 // UpstreamStatus is THE mapping of an upstream's non-2xx answer to an
-// error (PROTOCOL 12): a 503 is KindUpstreamUnavailable with retryAfter or
+// error (docs/errors.md): a 503 is KindUpstreamUnavailable with retryAfter or
 // the default; a 4xx is KindUpstreamRejected with the same status, the
 // relayed message and param (and, for a 429, its Retry-After); anything
 // else is KindBadGateway. retryAfter is the upstream's valid Retry-After in

@@ -105,7 +105,7 @@ func (rs *run) execute(c *completion, i int, ctx context.Context, items []any, s
 }
 
 // attemptCtx applies the node timeout, clipped to the request deadline. A
-// clipped timer that fires is the request deadline (ACCEPTANCE 52).
+// clipped timer that fires is the request deadline (504 deadline_exceeded).
 func (rs *run) attemptCtx(ctx context.Context, t time.Duration, now time.Time) (context.Context, context.CancelFunc, bool) {
 	dl := rs.r.Deadline
 	switch {
@@ -174,7 +174,7 @@ func wrap(e *Error, node string, item int) *Error {
 	return &c
 }
 
-// safeRun calls a node, turning a panic into an internal error (ACCEPTANCE 200).
+// safeRun calls a node, turning a panic into an internal error (500).
 func safeRun(ctx context.Context, nd Node, x *Exec) (res Result) {
 	defer func() {
 		if r := recover(); r != nil {

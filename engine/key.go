@@ -160,7 +160,8 @@ func hasKey(ks []AnyKey, k AnyKey) bool {
 }
 
 // The core's keys. The front provides KeyTokens and KeyFeatures for the
-// generate route (PROTOCOL 1.5); everything else comes from nodes.
+// generate route (validated at entry, docs/protocol.md); everything else
+// comes from nodes.
 var (
 	// KeyMedia is State.Media: the items found in the body (fetch-media).
 	KeyMedia AnyKey = &stateKey{name: "media", stubFn: func(r *Run, p Probe) { r.State.Media = scanMedia(p.Route, p.Body) }}

@@ -16,7 +16,7 @@ import (
 // false on that route, not a fan-out (an empty list skips it), and reached
 // through an unconditional edge (a conditional edge may fire on failure).
 // The entry provides tokens, features and media on generate (the front
-// parses them, PROTOCOL 1.5) and media on completions (which has none).
+// parses them, docs/protocol.md) and media on completions (which has none).
 // A guard decided by request.format alone is decided per route, so a
 // `when: request.format == "chat"` render surely runs on chat and never on
 // the other routes.

@@ -41,7 +41,7 @@ type Contract struct {
 	// "render", or "" for none); used for spans, metrics and pool checks.
 	Role string
 	// SurvivesEnd: the node keeps running when another node ends the run
-	// (the concurrent SGLang prefill, PROTOCOL 9). Client disconnect and the
+	// (the concurrent SGLang prefill, docs/protocol.md, kv-sglang). Client disconnect and the
 	// request deadline still cancel it.
 	SurvivesEnd bool
 	// SharedEndpoint: the node's endpoint is drawn for the whole request,
@@ -127,7 +127,7 @@ type Exec struct {
 
 // Request is the parsed client request, immutable once the run starts.
 type Request struct {
-	ID     string      // canonical request id (PROTOCOL 1.2)
+	ID     string      // canonical request id (docs/protocol.md, Request id)
 	Route  Route       // which client path
 	Header http.Header // client headers as received
 	Body   []byte      // the client body, exactly as received
@@ -214,8 +214,8 @@ type Run struct {
 }
 
 // Abandon records that work a worker did for this request was thrown away
-// because the client left before it could be used (PROTOCOL 14: a prefill
-// whose KV decode never read). Metrics count it.
+// because the client left before it could be used (a prefill whose KV
+// decode never read: docs/protocol.md, Cancellation). Metrics count it.
 func (r *Run) Abandon() { r.abandoned.Store(true) }
 
 // Abandoned reports whether a node called Abandon.
@@ -276,7 +276,7 @@ type BuildContext struct {
 	Defaults Defaults
 	Warn     func(path, msg string) // a warning at a params path (JSON pointer below params)
 	// WriteTimeout is the server's write_timeout for non-streaming replies
-	// (PROTOCOL 14): relaying nodes apply it from the moment they start writing.
+	// (docs/protocol.md, Timeouts): relaying nodes apply it from the moment they start writing.
 	WriteTimeout time.Duration
 }
 

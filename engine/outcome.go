@@ -77,7 +77,7 @@ type errorBody struct {
 	} `json:"error"`
 }
 
-// WriteError writes celflow's JSON error reply (PROTOCOL 12). It is the only
+// WriteError writes celflow's JSON error reply (docs/errors.md). It is the only
 // place that writes error replies.
 func WriteError(w http.ResponseWriter, e *Error, requestID string) {
 	var b errorBody

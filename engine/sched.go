@@ -179,7 +179,7 @@ func (r *Run) CELMedia(dst []celenv.Media) []celenv.Media {
 
 func (rs *run) walk() {
 	if err := rs.ctx.Err(); err != nil {
-		rs.fail(AsError(err)) // ACCEPTANCE 39: nothing runs
+		rs.fail(AsError(err)) // already cancelled: no node runs (docs/acceptance.md item 39)
 	}
 	for {
 		for len(rs.ready) > 0 && !rs.stopped {
@@ -250,7 +250,7 @@ func (rs *run) decide(i int) {
 	if n.when != nil {
 		ok, err := rs.guard(i, n)
 		if err != nil {
-			// ACCEPTANCE 49: an erroring guard fails the request, never skips.
+			// A guard that errors fails the request (500); the node is never skipped.
 			e := &Error{Kind: KindInternal, Node: n.id, Item: -1, Msg: "guard evaluation failed", Cause: err}
 			o.Err = e
 			rs.settle(i, StatusFailed, "guard error: "+err.Error())

@@ -34,7 +34,8 @@ func tracer() (trace.Tracer, bool) {
 	return tp.Tracer(TracerName), true
 }
 
-// Span attribute keys (ENGINE.md property 12).
+// Span attribute keys: every span's provenance (docs/operations.md, The span
+// tree).
 const (
 	AttrWorkflowName    = attribute.Key("celflow.workflow.name")
 	AttrWorkflowVersion = attribute.Key("celflow.workflow.version")

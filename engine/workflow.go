@@ -242,5 +242,5 @@ var _ Runner = (*Workflow)(nil)
 
 // CompileCount is how many CEL expressions and JSON Schemas have been
 // compiled since the process started. Everything compiles at load; tests
-// use it to prove that serving requests compiles nothing (ACCEPTANCE 50).
+// use it to prove that serving requests compiles nothing (docs/acceptance.md item 50).
 func CompileCount() int64 { return celenv.CompileCount() + schema.CompileCount() }

@@ -19,7 +19,8 @@ import (
 // rewritten to JSON pointers inside the bundle, so an editor that resolves
 // only local references (most YAML language servers) follows them all.
 // The loader never uses the bundle: it validates the workflow and each
-// node's params separately, with positions (ENGINE.md 9).
+// node's params separately, with positions (docs/workflow-reference.md,
+// Load-time checks).
 func EditorBundle(params map[string][]byte) ([]byte, error) {
 	root, err := sourceMap(WorkflowID)
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 // stopped at run time when its actual cost passes CostLimit, and the
 // request then fails with a clear error. Cheaper expressions (field reads
 // and comparisons, a few units) carry no runtime tracking: it would make
-// every guard dearer for no protection (ENGINE.md).
+// every guard dearer for no protection (docs/workflow-reference.md, Cost).
 const (
 	// CostLimit is per evaluation, as Kubernetes' per-expression limit.
 	CostLimit uint64 = 1_000_000

@@ -1,5 +1,5 @@
 // Package asyncbroker is the async-broker node type: the first node of a
-// workflow that serves async requests (ASYNC.md). By the mode header a
+// workflow that serves async requests (docs/async.md). By the mode header a
 // request is passed on with celflow's objective and fairness headers
 // stamped (passthrough), queued and answered 202 (enqueue), or queued and
 // held until its result (wait). Requests without the header pass through

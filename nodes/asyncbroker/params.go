@@ -200,7 +200,7 @@ func tenantOf(h http.Header, k, alias string) (string, bool) {
 	return first(h, k, alias), true
 }
 
-// validTenant is ASYNC.md's [A-Za-z0-9._-]{1,64} (a ':' would become part
+// validTenant is docs/async.md's [A-Za-z0-9._-]{1,64} (a ':' would become part
 // of Redis keys).
 func validTenant(s string) bool {
 	if len(s) == 0 || len(s) > 64 {

@@ -10,7 +10,8 @@ import (
 	"github.com/celflow/celflow/engine"
 )
 
-// Error codes of the async front (ASYNC.md: llm-d's spellings, upper case).
+// Error codes of the async front (docs/async.md: llm-d's spellings, upper
+// case).
 const (
 	CodeEnqueueFailed       = "ENQUEUE_FAILED"       // 503: Redis unavailable at submit
 	CodeQueueFull           = "QUEUE_FULL"           // 429: a backlog bound
@@ -64,7 +65,7 @@ func writePending(w http.ResponseWriter, id string, st async.State, retry time.D
 	_, _ = w.Write([]byte(`{"id":"` + id + `","status":"` + status + `","state":"` + string(st) + `"}`))
 }
 
-// codeStatus maps a stored terminal error to the GET status (ASYNC.md 2).
+// codeStatus maps a stored terminal error to the GET status (docs/async.md, Client API).
 func codeStatus(code string) int {
 	switch code {
 	case async.CodeGateDropped:

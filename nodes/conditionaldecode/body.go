@@ -7,7 +7,8 @@ import (
 	"github.com/celflow/celflow/nodes/internal/leg"
 )
 
-// build edits the client body for the conditional-decode leg (PROTOCOL 5):
+// build edits the client body for the conditional-decode leg
+// (docs/protocol.md, Conditional decode):
 // chat adds `tokens` when T is known (features without kwargs, only with
 // items); completions gets prompt = T when T came from render; generate is
 // sent as is. Never kv_transfer_params, never uuid; stream is the client's.

@@ -1,7 +1,7 @@
 // Package conditionaldecode is the `conditional-decode` node type: a decode
 // leg with `Prefer: if-available` that either serves the request from the
 // decode worker's cache (a hit, relayed to the client) or answers 412 (a
-// miss, an outcome edges route on) (PROTOCOL 5).
+// miss, an outcome edges route on) (docs/protocol.md, Conditional decode).
 package conditionaldecode
 
 import (

@@ -17,7 +17,7 @@ const missDrain = 8 << 10
 // Run sends the conditional leg. A 2xx is relayed (Responded); a 412 is the
 // miss outcome (HTTPStatus 412, headers for edges, KindUpstreamRejected);
 // in worker mode a 2xx whose first choice finished with "cache_threshold"
-// is the same miss outcome; other answers fail as PROTOCOL 12 says, for
+// is the same miss outcome; other answers fail as docs/errors.md says, for
 // edges to route on.
 func (n *ConditionalDecode) Run(ctx context.Context, x *engine.Exec) engine.Result {
 	st := &x.Run.State
@@ -85,7 +85,7 @@ func (n *ConditionalDecode) Run(ctx context.Context, x *engine.Exec) engine.Resu
 			// rest of an SSE miss is unbounded (a relay leg's 2xx); closing
 			// costs that connection at most.
 			resp.Body.Close()
-			// The miss edges already route on: status 412 (PROTOCOL 5).
+			// The miss edges already route on: status 412.
 			res.HTTPStatus, res.Header, res.Err = http.StatusPreconditionFailed, resp.Header, thresholdMiss()
 			res.Attrs["celflow.miss"] = "cache_threshold"
 			return res

@@ -10,7 +10,7 @@ import (
 	"github.com/celflow/celflow/nodes/internal/leg"
 )
 
-// bodyIn is what a decode body is built from (PROTOCOL 8).
+// bodyIn is what a decode body is built from (docs/protocol.md, Decode).
 type bodyIn struct {
 	Route  engine.Route
 	Body   []byte        // State.Body

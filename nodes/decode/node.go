@@ -1,5 +1,6 @@
 // Package decode is the `decode` node type: the terminal leg that generates
-// the reply and relays it to the client (PROTOCOL 8, 13).
+// the reply and relays it to the client (docs/protocol.md, Decode and
+// Streaming).
 package decode
 
 import (
@@ -91,7 +92,7 @@ func Build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 // Contract: decode answers the client whenever it succeeds (terminal: no
 // node may follow it) and ends the run. It needs nothing:
 // without a prefill the body simply carries no kv_transfer_params, and
-// without T no tokens (PROTOCOL 8, celflow differs Q1). Its outputs feed
+// without T no tokens (docs/protocol.md, Decode). Its outputs feed
 // metrics (nothing can read them in CEL: nothing follows decode).
 func (n *Decode) Contract() engine.Contract {
 	c := engine.Contract{Role: string(upstream.RoleDecode), Responds: true, Terminal: true, Outputs: decodeOutputs}

@@ -22,7 +22,7 @@ func (n *Decode) Run(ctx context.Context, x *engine.Exec) engine.Result {
 		res.Outputs = map[string]any{"aggregated": true}
 		res.Attrs["celflow.aggregated"] = true
 	}
-	// PROTOCOL 14: the client left after prefill answered and before decode
+	// docs/protocol.md, Cancellation: the client left after prefill answered and before decode
 	// was sent. No decode; the prefill worker's lease frees the KV.
 	if err := firstErr(x.Run.Ctx, ctx); err != nil {
 		if kv.PrefillRan && x.Run.Ctx.Err() != nil {
@@ -89,7 +89,7 @@ func (n *Decode) send(ctx context.Context, x *engine.Exec, in *bodyIn, s *leg.SG
 	resp, t, e := leg.Call{Role: upstream.RoleDecode, Path: x.Run.Req.Route.Path(), Body: body, TTFB: n.ttfb,
 		Prepare: func(l *upstream.Leg) {
 			l.Relay = true
-			// Hand-over time (FIELD-NOTES 6, PERFORMANCE.md): from prefill's
+			// Hand-over time (docs/benchmarks.md, Hand-over): from prefill's
 			// answer to this request being handed to the transport; what
 			// follows until decode's first byte is the worker's
 			// (celflow.ttfb_ms).

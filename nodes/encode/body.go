@@ -8,7 +8,7 @@ import (
 	"github.com/celflow/celflow/internal/jsonb"
 )
 
-// chatBody is one item's chat-format sub-request (PROTOCOL 6):
+// chatBody is one item's chat-format sub-request (docs/protocol.md, Encode):
 //
 //	{"model":M,"messages":[{"role":"user","content":[{"type":T,"<T>":<client object>,"uuid":H}]}],
 //	 "tokens":{…item tokens, features without kwargs…},"max_tokens":1,"stream":false}
@@ -18,7 +18,7 @@ import (
 // client uuid on the part is not carried; the part's uuid is the item's
 // hash (render's), so an encoder keys its cache and its ec_transfer_params
 // by it (vLLM's multimodal uuid, issue 10), as on the decode leg
-// (PROTOCOL 8). tokens and uuid are omitted when render gave the item no
+// (docs/protocol.md, Decode). tokens and uuid are omitted when render gave the item no
 // features (no hash).
 func chatBody(st *engine.State, it *engine.MediaItem, model []byte) (*jsonb.Body, error) {
 	p, ok := mm.PartAt(st.Body, it.PartStart, it.PartEnd)
@@ -61,7 +61,8 @@ func chatBody(st *engine.State, it *engine.MediaItem, model []byte) (*jsonb.Body
 	return ed.Body(), nil
 }
 
-// generateBody is one item's generate-format sub-request (PROTOCOL 6):
+// generateBody is one item's generate-format sub-request
+// (docs/protocol.md, Encode):
 //
 //	{"model":M,"token_ids":[…],"features":{…with kwargs, null for a cache hit…},
 //	 "sampling_params":{"max_tokens":1},"stream":false}

@@ -12,9 +12,10 @@ import (
 	"github.com/celflow/celflow/nodes/internal/leg"
 )
 
-// ecParams reads only ec_transfer_params from an encoder reply (PROTOCOL 6).
+// ecParams reads only ec_transfer_params from an encoder reply
+// (docs/protocol.md, Encode).
 // A string, array, null, {} or absent field is ignored, whatever the
-// connector (ACCEPTANCE 117, 123): nil, no error. A non-empty object is an
+// connector: nil, no error. A non-empty object is an
 // answer about this item, so it is checked like client input (issue 10):
 // every member must be named by the item's hash, which the leg sent as the
 // part's uuid (chat) or in features.mm_hashes (generate); a member named

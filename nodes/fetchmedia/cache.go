@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// cache keeps successful downloads across requests (PROTOCOL 3): keyed by
+// cache keeps successful downloads across requests (docs/protocol.md, fetch-media):
+// keyed by
 // URL, bounded by total bytes (least recently used evicted first) and by a
 // per-entry TTL. Failures are never stored. Stored bytes are immutable and
 // shared by readers.

@@ -11,7 +11,7 @@ import (
 	"github.com/celflow/celflow/engine"
 )
 
-// classify maps a download failure to the error table of PROTOCOL 3 and 12:
+// classify maps a download failure to the error table of docs/errors.md:
 // media the client may not ask for is invalid_media; media that could not
 // be obtained from the client's URL is media_fetch_failed (both 400); only
 // celflow's own infrastructure (the explicit media proxy) gives 502. The

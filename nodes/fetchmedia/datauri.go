@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// parseDataURI splits data:<type>[;params];base64,<payload> (PROTOCOL 3).
+// parseDataURI splits data:<type>[;params];base64,<payload>.
 // The media type comes back trimmed and lowercased; payload aliases uri.
 func parseDataURI(uri []byte) (mediaType string, payload []byte, err error) {
 	if len(uri) < 5 || !strings.EqualFold(string(uri[:5]), "data:") {

@@ -26,7 +26,7 @@ func newFetcher(cfg *config, lookup LookupFunc) *fetcher {
 	}
 	f := &fetcher{cfg: cfg, lookup: lookup}
 	tr := &http.Transport{
-		Proxy:                 nil, // HTTP_PROXY & co. are never used for media (PROTOCOL 3)
+		Proxy:                 nil, // HTTP_PROXY & co. are never used for media
 		TLSHandshakeTimeout:   10 * time.Second,
 		MaxIdleConns:          64,
 		MaxIdleConnsPerHost:   4,

@@ -9,7 +9,7 @@ import (
 	"syscall"
 )
 
-// Guard is the SSRF policy of PROTOCOL 3: which addresses a media download
+// Guard is the SSRF policy (docs/protocol.md, fetch-media): which addresses a media download
 // may dial. It judges the address actually dialled, so DNS rebinding and
 // every redirect hop are covered.
 type Guard struct {

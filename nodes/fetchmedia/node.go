@@ -1,6 +1,6 @@
 // Package fetchmedia is the fetch-media node type: it finds the media parts
 // of a chat body, validates inline data, downloads remote URLs under the
-// SSRF guard, and rewrites them to data: URIs (PROTOCOL 3).
+// SSRF guard, and rewrites them to data: URIs (docs/protocol.md, fetch-media).
 package fetchmedia
 
 import (

@@ -40,7 +40,7 @@ type cacheParams struct {
 	TTL      string     `json:"ttl"`
 }
 
-// Defaults (PROTOCOL 3, ACCEPTANCE 19).
+// Defaults (docs/protocol.md, fetch-media).
 const (
 	defaultConcurrency = 10
 	defaultTimeout     = 10 * time.Second

@@ -12,7 +12,8 @@ import (
 	"time"
 )
 
-// tunnel dials media targets through the explicit media proxy (PROTOCOL 3):
+// tunnel dials media targets through the explicit media proxy
+// (docs/protocol.md, fetch-media):
 // it resolves the target itself, applies the guard to every address, and
 // asks the proxy to CONNECT to the checked IP literal. The guard therefore
 // judges the real target, never the proxy, and the proxy cannot re-resolve

@@ -12,7 +12,7 @@ import (
 )
 
 // download is one distinct remote URL of a request (identical URLs of one
-// modality are fetched once, PROTOCOL 3).
+// modality are fetched once).
 type download struct {
 	u     *url.URL
 	first int // index of the first item using it, for messages
@@ -26,7 +26,7 @@ type download struct {
 
 // Run implements engine.Node.
 func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
-	if err := ctx.Err(); err != nil { // ACCEPTANCE 191: nothing parsed or fetched
+	if err := ctx.Err(); err != nil { // already cancelled: nothing parsed or fetched
 		return engine.Result{Err: engine.AsError(err)}
 	}
 	st := &x.Run.State

@@ -9,7 +9,7 @@ import (
 	"github.com/celflow/celflow/nodes/internal/leg"
 )
 
-// bodyIn is everything a prefill body is built from (PROTOCOL 7).
+// bodyIn is everything a prefill body is built from (docs/protocol.md, Prefill).
 type bodyIn struct {
 	Route    engine.Route
 	TokensIn bool
@@ -82,7 +82,7 @@ func setModel(oe *jsonb.ObjectEditor, model []byte) {
 }
 
 // capTop applies the single-token cap to a chat or completions body
-// (PROTOCOL 7, FIELD-NOTES 8). Keys are appended in this order when absent.
+// (docs/protocol.md, Prefill). Keys are appended in this order when absent.
 func capTop(oe *jsonb.ObjectEditor) {
 	oe.Set("max_tokens", one)
 	oe.Delete("min_tokens")

@@ -1,5 +1,6 @@
 // Package prefill is the `prefill` node type: the single-token prefill leg
-// of disaggregated serving, with the KV handoff to decode (PROTOCOL 7, 9, 10).
+// of disaggregated serving, with the KV handoff to decode (docs/protocol.md:
+// Prefill, KV connectors, EC connectors).
 package prefill
 
 import (
@@ -41,7 +42,7 @@ type params struct {
 	leg.BodyParams
 }
 
-// Shapes of the kv-sglang handoff (PROTOCOL 9).
+// Shapes of the kv-sglang handoff (docs/protocol.md, kv-sglang).
 const (
 	ShapeSequential = "sequential"
 	ShapeConcurrent = "concurrent"

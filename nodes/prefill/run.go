@@ -56,7 +56,7 @@ func fail(r engine.Result, e *engine.Error) engine.Result {
 }
 
 // input gathers the body inputs from the run; EC conflicts fail here,
-// before anything is sent (ACCEPTANCE 162).
+// before anything is sent (502 upstream_protocol_error).
 func (n *Prefill) input(x *engine.Exec) (*bodyIn, *engine.Error) {
 	st := &x.Run.State
 	route := x.Run.Req.Route

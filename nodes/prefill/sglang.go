@@ -11,7 +11,8 @@ import (
 	"github.com/celflow/celflow/nodes/internal/leg"
 )
 
-// bootstrapFromReply completes the sequential kv-sglang handoff (PROTOCOL 9):
+// bootstrapFromReply completes the sequential kv-sglang handoff
+// (docs/protocol.md, kv-sglang):
 // the host is the picked worker's with a direct pool, else the reply's
 // (kv_transfer_params.bootstrap_host, else top-level bootstrap_host; missing
 // is a protocol error); the port is the reply's when it reports one, else

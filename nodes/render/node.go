@@ -1,7 +1,7 @@
 // Package render is the render node type: it turns the request into the
 // prompt's token ids T and per-item hashes, placeholders and kwargs, by
 // calling the render service (chat, string-prompt completions) or by reading
-// the request itself (token-array prompts, generate) (PROTOCOL 4).
+// the request itself (token-array prompts, generate) (docs/protocol.md, render).
 package render
 
 import (
@@ -18,14 +18,15 @@ var schemaJSON []byte
 // TypeName is the node type's registered name.
 const TypeName = "render"
 
-// The render service's paths (PROTOCOL 2.1).
+// The render service's paths (docs/protocol.md, Set by celflow).
 const (
 	ChatPath        = "/v1/chat/completions/render"
 	CompletionsPath = "/v1/completions/render"
 )
 
 // replyLimit bounds a render reply: generate-format kwargs grow with pixel
-// count (~21 MB per clamped image, PROTOCOL 15), so the cap is generous.
+// count (about 20 MB per clamped image: docs/protocol.md,
+// Chat or generate for media), so the cap is generous.
 const replyLimit = 512 << 20
 
 func init() {

@@ -53,7 +53,7 @@ func parseParams(raw json.RawMessage, fallback string, check bool) (*config, err
 	switch u, err := url.Parse(p.Address); {
 	case p.Address == "" && !check:
 	case p.Address == "":
-		// ACCEPTANCE 29: required at load (the reference fails per request).
+		// Required at load (the reference fails per request).
 		add(&engine.ParamError{Msg: "address is required: set params.address or upstream.render (the render service's base URL)"})
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 		add(&engine.ParamError{Path: "/address", Msg: fmt.Sprintf("invalid URL %q (want http://host:port)", p.Address)})

@@ -22,7 +22,7 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 		if e != nil {
 			return engine.Result{Err: e}
 		}
-		if kind == mm.PromptTokens { // no call: T is the prompt (PROTOCOL 4.3)
+		if kind == mm.PromptTokens { // no call: T is the prompt
 			return n.publish(st, t, st.Media, nil)
 		}
 		raw, res := n.call(ctx, x, CompletionsPath, st.Body)
@@ -38,8 +38,8 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 		}
 		return n.publish(st, t, st.Media, &res)
 	case engine.RouteGenerate:
-		// The front parsed token_ids and features (PROTOCOL 1.5): no call,
-		// but the limits still apply (PROTOCOL 4.5).
+		// The front parsed token_ids and features at entry: no call,
+		// but the limits still apply (docs/protocol.md, render).
 		return n.publish(st, st.Tokens, st.Media, nil)
 	}
 	return engine.Result{Err: engine.Errorf(engine.KindInternal, "render: unknown route %v", x.Run.Req.Route)}

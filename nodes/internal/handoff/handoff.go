@@ -30,11 +30,12 @@ type KVHandoff struct {
 	// Bootstrap fields (kv-sglang) to set at the top level of both legs.
 	Bootstrap *Bootstrap
 	// ReadyAt is when prefill's answer was read and the handoff recorded;
-	// decode measures the hand-over time from it (FIELD-NOTES 6).
+	// decode measures the hand-over time from it (docs/benchmarks.md,
+	// Hand-over).
 	ReadyAt time.Time
 }
 
-// Bootstrap is SGLang's rendezvous (PROTOCOL 9).
+// Bootstrap is SGLang's rendezvous (docs/protocol.md, kv-sglang).
 type Bootstrap struct {
 	Host string
 	Port int

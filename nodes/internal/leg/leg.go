@@ -1,5 +1,5 @@
 // Package leg sends worker and render legs for the node types and classifies
-// their failures in one way (PROTOCOL 12), so every node reports transport
+// their failures in one way (docs/errors.md), so every node reports transport
 // failures, timeouts, upstream 4xx and 5xx, and unparseable replies alike.
 package leg
 
@@ -137,14 +137,14 @@ func reject(x *engine.Exec, name string, resp *http.Response) *engine.Error {
 		"http.response.status_code": code,
 		"upstream_body":             string(er.Body),
 	}).Warn("upstream answered with an error status")
-	// engine.UpstreamStatus is the one status mapping (PROTOCOL 12): 503
+	// engine.UpstreamStatus is the one status mapping (docs/errors.md): 503
 	// keeps its status and Retry-After, a 4xx its message and string param.
 	return engine.UpstreamStatus(code, engine.CutUTF8(er.Msg, 512), er.Param, er.RetryAfter)
 }
 
 // ReadJSON reads a 2xx body (at most limit bytes, decompressed) and requires
 // valid JSON: a 204, an empty or a non-JSON body is KindBadGateway
-// "…returned an unparseable body" (ACCEPTANCE 198). It closes the body.
+// "…returned an unparseable body". It closes the body.
 // With tracing on, the bytes read go on the span as celflow.bytes_in.
 func ReadJSON(x *engine.Exec, resp *http.Response, limit int64) ([]byte, *engine.Error) {
 	b, e := ReadBody(x, resp, limit)
@@ -186,7 +186,7 @@ func ReadBody(x *engine.Exec, resp *http.Response, limit int64) ([]byte, *engine
 }
 
 // Unparseable is the error of a 2xx reply that is not JSON (a 204, an empty
-// or a non-JSON body, ACCEPTANCE 198): 502 bad_gateway; the body (≤ 8 KiB)
+// or a non-JSON body): 502 bad_gateway; the body (≤ 8 KiB)
 // goes to the log only.
 func Unparseable(x *engine.Exec, status int, b []byte) *engine.Error {
 	Log(x).WithFields(logrus.Fields{

@@ -120,7 +120,7 @@ func TokensIn(format string, b *engine.BuildContext) (bool, error) {
 }
 
 // RequireRole fails the build when an upstream client is given and has no
-// target for role (ACCEPTANCE 29). A nil client (validate-only) passes.
+// target for role. A nil client (validate-only) passes.
 func RequireRole(b *engine.BuildContext, role upstream.Role) error {
 	if up, _ := engine.Service[*upstream.Client](b, engine.ServiceUpstream); up == nil || up.HasRole(role) {
 		return nil
@@ -129,7 +129,7 @@ func RequireRole(b *engine.BuildContext, role upstream.Role) error {
 }
 
 // Number is an integer param kept as written until Int reads it; unlike
-// json.Number it refuses a quoted "5" (strict decoding, ACCEPTANCE 22).
+// json.Number it refuses a quoted "5" (strict decoding).
 type Number string
 
 func (n *Number) UnmarshalJSON(b []byte) error {

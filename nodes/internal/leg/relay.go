@@ -10,7 +10,7 @@ import (
 )
 
 // Relay claims the client writer and relays a 2xx reply: status, headers,
-// and the body chunk by chunk (PROTOCOL 13). The result always has
+// and the body chunk by chunk (docs/protocol.md, Streaming). The result always has
 // Responded true once the claim succeeded. A failure after the status was
 // written is returned as Err with Responded true: KindCancelled when the
 // client left, KindBadGateway otherwise; the front must then end the reply

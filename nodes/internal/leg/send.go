@@ -98,7 +98,7 @@ type tried struct {
 
 // PickFor is Pick for one execution: a retry (Attempt > 1) avoids the
 // endpoints earlier attempts of the node used, when another is available
-// (FIELD-NOTES 4: retry prefill on another endpoint where celflow picks).
+// (docs/errors.md, Upstream 503, 429 and `param`).
 func PickFor(x *engine.Exec, c *upstream.Client, role upstream.Role) (*upstream.Target, *engine.Error) {
 	if !c.Direct() || x.Run == nil {
 		return pick(c, role, pool(x), nil)
@@ -134,7 +134,8 @@ func Attrs(t *upstream.Target, l *upstream.Leg) map[string]any {
 
 // Failed reports whether a leg's outcome counts against the endpoint's
 // passive health: a transport failure or a 5xx. Slowness (a TTFB timeout)
-// and the client leaving never eject (FIELD-NOTES 5).
+// and the client leaving never eject (docs/configuration.md,
+// upstream.health).
 func Failed(resp *http.Response, e *engine.Error) bool {
 	if resp != nil {
 		return resp.StatusCode >= 500

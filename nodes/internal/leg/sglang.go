@@ -17,7 +17,7 @@ import (
 var SGLangSession = engine.NewKey[*SGLang]("sglang").Meet()
 
 // SGLang is one request's kv-sglang rendezvous in the concurrent shape
-// (PROTOCOL 9): the prefill and decode nodes run with no edge between them
+// (docs/protocol.md, kv-sglang): the prefill and decode nodes run with no edge between them
 // and meet here. Whichever runs first makes it: the room is drawn and the
 // prefill endpoint picked once, so both legs carry the same three fields.
 //
@@ -120,7 +120,7 @@ func (s *SGLang) PrefillErr() *engine.Error {
 }
 
 // SetBootstrap sets SGLang's bootstrap fields at the top level of a leg body
-// (PROTOCOL 9): bootstrap_host (left out when host is "", the sequential
+// (docs/protocol.md, kv-sglang): bootstrap_host (left out when host is "", the sequential
 // prefill), bootstrap_port and bootstrap_room as JSON integers.
 func SetBootstrap(oe *jsonb.ObjectEditor, host string, port int, room uint64) {
 	if host != "" {

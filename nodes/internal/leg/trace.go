@@ -13,7 +13,8 @@ import (
 // TraceHeaders returns traceparent (and tracestate) naming the node's span
 // as parent, when tracing is on: the span context is valid and the span is
 // sampled or recording. Otherwise nil, and the client's own headers are
-// forwarded unchanged (PROTOCOL 2.2: none is invented).
+// forwarded unchanged (none is invented: docs/protocol.md, Client headers
+// on render and worker legs).
 func TraceHeaders(x *engine.Exec) http.Header {
 	if x == nil || x.Span == nil {
 		return nil
