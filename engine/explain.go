@@ -123,8 +123,7 @@ func (w *Workflow) Explain(ctx context.Context, p Probe, assume map[string]Assum
 	run.Stubbed = true
 	if p.Route == RouteGenerate {
 		// The front parses a generate body at entry (docs/protocol.md, Generate
-		// requests are checked at entry): its own
-		// token_ids are T, whatever a stub would report.
+		// requests are checked at entry): its own token_ids are T, whatever a stub would report.
 		toks, err := generateTokens(p.Body)
 		if err != nil {
 			return nil, err

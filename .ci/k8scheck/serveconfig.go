@@ -26,7 +26,7 @@ type ServeConfig struct {
 	Workflow json.RawMessage `json:"workflow"`
 }
 
-// Defaults from PROTOCOL.md section 14, used when the config leaves them out.
+// Defaults from docs/protocol.md (Timeouts), used when the config leaves them out.
 const (
 	defaultDrainDelay      = 5 * time.Second
 	defaultShutdownTimeout = 25 * time.Second

@@ -196,7 +196,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 }
 
 // refuse prints load diagnostics exactly as `celflow validate` does, and
-// fails (ACCEPTANCE 31).
+// fails.
 func refuse(stderr io.Writer, ds schema.Diagnostics) int {
 	fmt.Fprint(stderr, ds.Sort().Pretty())
 	return 1

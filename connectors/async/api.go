@@ -1,5 +1,5 @@
 // Package async is the Redis wire code of celflow's async requests
-// (ASYNC.md): how a queued request, its claim by a dispatcher, its result
+// (docs/async.md): how a queued request, its claim by a dispatcher, its result
 // and its cancellation are laid out in Redis, behind one Backend interface
 // with two implementations:
 //
@@ -10,8 +10,9 @@
 //     (claim, finish, renew) is one Lua script that first checks the claim's
 //     owner in the pending list (XACK alone does not), so a stale finisher
 //     is fenced and exactly one result is visible per (tenant, id).
-//   - LLMD: the envelope, keys, cancel and quota scheme of ASYNC.md section
-//     3, so an unmodified llm-d-async processor drains what celflow queues.
+//   - LLMD: the envelope, keys, cancel and quota scheme of docs/async.md
+//     (The llm-d-async back end), so an unmodified llm-d-async processor
+//     drains what celflow queues.
 //
 // Like every connector it imports nothing of celflow's: only go-redis. The
 // HTTP contract, the workflow and the dispatcher live in nodes/asyncbroker.
@@ -33,8 +34,9 @@ const (
 	StateDone       State = "done"        // a result (or terminal error record) is stored
 )
 
-// Terminal error codes of a result with Status 0 (ASYNC.md section 3, plus
-// DEAD_LETTERED for a request redelivered more than max_deliveries times).
+// Terminal error codes of a result with Status 0 (docs/async.md, The
+// llm-d-async back end, plus DEAD_LETTERED for a request redelivered more
+// than max_deliveries times).
 const (
 	CodeDeadline     = "DEADLINE_EXCEEDED"
 	CodeCancelled    = "CANCELLED"

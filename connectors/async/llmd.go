@@ -13,7 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// LLMDConfig configures the llm-d-async back end (ASYNC.md section 3).
+// LLMDConfig configures the llm-d-async back end (docs/async.md, The
+// llm-d-async back end).
 type LLMDConfig struct {
 	Grace          time.Duration // a result's remaining life after its first fetch [60s]
 	QuotaAttribute string        // metadata key carrying the tenant ["userid"]

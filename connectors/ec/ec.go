@@ -1,6 +1,7 @@
 // Package ec holds the EC connectors: how encoder replies' ec_transfer_params
-// are recorded and what the prefill leg then carries (PROTOCOL 10). It
-// imports nothing of celflow's: maps of json.RawMessage in and out.
+// are recorded and what the prefill leg then carries (docs/protocol.md, EC
+// connectors). It imports nothing of celflow's: maps of json.RawMessage in
+// and out.
 package ec
 
 import (

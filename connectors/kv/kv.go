@@ -1,7 +1,8 @@
-// Package kv holds the KV connectors: the wire formats of the prefill →
-// decode KV handoff (PROTOCOL 9). A connector turns nothing into the prefill
-// leg's kv_transfer_params and the prefill reply's kv_transfer_params into the
-// decode leg's. It imports nothing of celflow's: raw JSON in, raw JSON out.
+// Package kv holds the KV connectors: the wire formats of the prefill → decode
+// KV handoff (docs/protocol.md, KV connectors). A connector turns nothing into
+// the prefill leg's kv_transfer_params and the prefill reply's
+// kv_transfer_params into the decode leg's. It imports nothing of celflow's:
+// raw JSON in, raw JSON out.
 package kv
 
 import (
@@ -65,7 +66,7 @@ func (sharedStorage) Name() string                   { return SharedStorage }
 func (sharedStorage) PrefillParams() json.RawMessage { return sharedPrefill }
 func (sharedStorage) Bootstrap() bool                { return false }
 
-// Decode ignores the reply, even a malformed one (ACCEPTANCE 165).
+// Decode ignores the reply, even a malformed one.
 func (sharedStorage) Decode(json.RawMessage) (json.RawMessage, error) { return sharedDecode, nil }
 
 // sglang: the bootstrap fields replace kv_transfer_params on both legs; the

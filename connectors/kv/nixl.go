@@ -8,7 +8,7 @@ import (
 
 // nixl: vLLM's NixlConnector. The prefill reply's kv_transfer_params locate
 // the blocks; decode gets every key of it byte-exact, with the two flags
-// forced (PROTOCOL 9).
+// forced (docs/protocol.md, KV connectors).
 type nixl struct{}
 
 var nixlPrefill = json.RawMessage(`{"do_remote_decode":true,"do_remote_prefill":false,` +

@@ -12,8 +12,8 @@ var nullJSON = []byte("null")
 // featureRules tunes parseFeatures for its two callers.
 type featureRules struct {
 	// kwargsPerModality: when kwargs_data is present, every modality with
-	// items must have its own array (render, PROTOCOL 4.1). Generate lets a
-	// modality omit it (PROTOCOL 4.4).
+	// items must have its own array (render). Generate lets a modality omit
+	// it (docs/protocol.md, render).
 	kwargsPerModality bool
 }
 
@@ -149,7 +149,7 @@ func hashList(buf []byte, sec int, m string) ([]string, error) {
 }
 
 // spanList reads placeholders as {offset,length} pairs and checks each span
-// lies inside T without integer overflow (PROTOCOL 4.4).
+// lies inside T without integer overflow.
 func spanList(buf []byte, sec int, m string, nTokens int) ([][2]int, error) {
 	start, ok, err := modArray(buf, sec, "mm_placeholders", m)
 	if !ok {

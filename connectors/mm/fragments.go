@@ -9,10 +9,10 @@ import (
 
 // The builders below produce the small JSON pieces legs splice into bodies.
 // Modalities appear in order of their first item, items in order within
-// their modality, and empty modalities are omitted (PROTOCOL 0).
+// their modality, and empty modalities are omitted (docs/protocol.md, Terms).
 
 // ChatTokensJSON is the chat-format `tokens` value for conditional-decode,
-// prefill and decode (PROTOCOL 5, 7, 8):
+// prefill and decode (docs/protocol.md):
 //
 //	{"token_ids":T,"features":{"mm_hashes":…,"mm_placeholders":…}}
 //
@@ -122,7 +122,7 @@ func appendKwargs(b []byte, it *MediaItem) []byte {
 }
 
 // ItemTokensJSON is the token list of one item's encode sub-request
-// (PROTOCOL 6, ACCEPTANCE 124): [T[0]] followed by Length copies of
+// (docs/protocol.md, Encode): [T[0]] followed by Length copies of
 // T[Offset] — BOS, then the model's placeholder token. It fails when the
 // item has no features or its span is outside T.
 func ItemTokensJSON(t Tokens, it *MediaItem) ([]byte, error) {

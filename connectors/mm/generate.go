@@ -6,10 +6,11 @@ import (
 	"github.com/celflow/celflow/internal/jsonb"
 )
 
-// ParseGenerate validates an /inference/v1/generate body at entry (PROTOCOL
-// 1.5, 4.4) and returns T and the items its features describe, so every leg
-// uses the client's own tokens and features whether or not a render node
-// runs. obj is body's top-level index (jsonb.Parse); nil parses body here.
+// ParseGenerate validates an /inference/v1/generate body at entry
+// (docs/protocol.md, render: Generate) and returns T and the items its
+// features describe, so every leg uses the client's own tokens and
+// features whether or not a render node runs. obj is body's top-level
+// index (jsonb.Parse); nil parses body here.
 // Every failure is an *Error of kind BadRequest with the field's path,
 // except a body that is not a JSON object (NotJSON) and one with a repeated
 // member name (the *jsonb.DuplicateKeyError itself).

@@ -1,8 +1,9 @@
 // Package mm holds the multimodal and tokens-in rules shared by the HTTP front
-// and the nodes: finding media parts in a chat body (PROTOCOL 3), parsing and
-// validating token ids and features (PROTOCOL 4.1–4.4), and building the small
-// `tokens` / `features` JSON fragments that legs splice into bodies (PROTOCOL
-// 5–8). It is pure: no network, no logging, no engine state.
+// and the nodes: finding media parts in a chat body, parsing and validating
+// token ids and features, and building the small `tokens` / `features` JSON
+// fragments that legs splice into bodies (docs/protocol.md: fetch-media,
+// render, and the worker legs). It is pure: no network, no logging, no engine
+// state.
 package mm
 
 import (
@@ -61,10 +62,10 @@ func ModalityOf(partType string) string {
 // ScanParts walks messages[*].content[*] of body and returns the media parts
 // in order of appearance. obj is body's top-level index from jsonb.Parse, or
 // nil (then body must still be valid JSON: it is walked, not validated).
-// Malformed shapes are skipped silently as PROTOCOL 3 lists them (a non-object
-// message, non-array content, a non-object part or <type> member, a url or
-// data that is not a string); a body without messages yields no parts. The
-// error is reserved for bytes that are not JSON at all.
+// Malformed shapes are skipped silently as docs/protocol.md (fetch-media) lists
+// them (a non-object message, non-array content, a non-object part or <type>
+// member, a url or data that is not a string); a body without messages yields
+// no parts. The error is reserved for bytes that are not JSON at all.
 func ScanParts(body []byte, obj *jsonb.Object) ([]PartRef, error) {
 	var ms int
 	var ok bool

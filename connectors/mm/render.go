@@ -8,7 +8,7 @@ import (
 	"github.com/celflow/celflow/internal/jsonb"
 )
 
-// ParseRenderChat reads a chat render reply (PROTOCOL 4.1): one object whose
+// ParseRenderChat reads a chat render reply (docs/protocol.md, render): one object whose
 // token_ids become T and whose features are assigned to the request's items
 // by position within each modality (item k of modality m takes entry k).
 // media is the request's items in order (from fetch-media or ScanParts); the
@@ -91,7 +91,7 @@ func modalityUnion(a, b []MediaItem) []string {
 	return mods
 }
 
-// ParseRenderCompletions reads a completions render reply (PROTOCOL 4.2): a
+// ParseRenderCompletions reads a completions render reply (docs/protocol.md, render): a
 // JSON array holding exactly one object whose token_ids become T. Any other
 // shape is an *Error of kind BadReply. T.JSON aliases resp; FromRender is set.
 func ParseRenderCompletions(resp []byte) (Tokens, error) {
@@ -142,7 +142,7 @@ func protoErr(msg string, cause error) *Error {
 	return &Error{Kind: BadReply, Msg: msg, Cause: cause}
 }
 
-// PromptKind is the shape of a completions prompt (PROTOCOL 4.3).
+// PromptKind is the shape of a completions prompt (docs/protocol.md, render).
 type PromptKind uint8
 
 const (
@@ -150,11 +150,11 @@ const (
 	PromptTokens                       // T is the prompt itself, no call
 )
 
-// ParseCompletionsPrompt classifies a completions body's prompt (PROTOCOL
-// 4.3). For a token array it returns T (JSON aliasing the body, FromRender
-// false: the prompt is left as sent). `[]`, batched prompts ([]string,
-// [][]int), negative/fractional/non-numeric elements, a missing prompt and
-// any other type are an *Error of kind BadRequest. obj may be nil.
+// ParseCompletionsPrompt classifies a completions body's prompt
+// (docs/protocol.md, render). For a token array it returns T (JSON aliasing the
+// body, FromRender false: the prompt is left as sent). `[]`, batched prompts
+// ([]string, [][]int), negative/fractional/non-numeric elements, a missing
+// prompt and any other type are an *Error of kind BadRequest. obj may be nil.
 func ParseCompletionsPrompt(body []byte, obj *jsonb.Object) (PromptKind, Tokens, error) {
 	var vs, ve int
 	var ok bool
@@ -194,7 +194,7 @@ func ParseCompletionsPrompt(body []byte, obj *jsonb.Object) (PromptKind, Tokens,
 	return PromptTokens, Tokens{Known: true, IDs: ids, JSON: raw[:len(raw):len(raw)]}, nil
 }
 
-// CheckLimits applies render's limits (PROTOCOL 4.5; 0 = off): len(T)
+// CheckLimits applies render's limits (0 = off): len(T)
 // against maxTotal, and the sum of placeholder lengths (computed without
 // overflow) against maxPlaceholder. Messages carry both numbers.
 func CheckLimits(t Tokens, media []MediaItem, maxTotal, maxPlaceholder int64) error {

@@ -1,7 +1,7 @@
 // Package upstream sends worker and render legs: to an Inference Gateway
 // (one base URL, routed by EPP-Profile) or to static pools that celflow picks
 // from (direct mode), with keep-alive pools sized for the fan-out, passive
-// health, and the header rules of PROTOCOL 2.
+// health, and the header rules of docs/protocol.md (Headers).
 //
 // This file is the contract other packages code against. Implementation
 // lives beside it.
@@ -41,7 +41,7 @@ type Config struct {
 	// healthy endpoint of a role. Slowness never ejects.
 	FailureThreshold int           // default 3
 	EjectFor         time.Duration // default 10s
-	// Connection pool (FIELD-NOTES 3 and 7).
+	// Connection pool (docs/configuration.md, upstream.connections).
 	IdleConnTimeout     time.Duration // default 4s, below uvicorn's 5s keep-alive
 	MaxIdleConnsPerHost int           // default 256
 	MaxConnsPerHost     int           // default 0 (no cap)
@@ -135,7 +135,7 @@ type Leg struct {
 	Path   string // e.g. /v1/chat/completions
 	Body   io.Reader
 	Length int64
-	Header http.Header // the client's headers, filtered here per PROTOCOL 2.2
+	Header http.Header // the client's headers, filtered here per docs/protocol.md
 	ReqID  string
 	Prefer bool          // Prefer: if-available (conditional decode)
 	TTFB   time.Duration // time to first response byte, 0 = none
@@ -154,7 +154,7 @@ type Leg struct {
 	TargetDrop []string
 	// NewBody returns a fresh reader over the same bytes as Body. It allows
 	// the one resend of a leg that failed on a stale keep-alive connection
-	// (FIELD-NOTES 3). Nil is fine when Body is a *bytes.Reader,
+	// (one the worker closed while idle). Nil is fine when Body is a *bytes.Reader,
 	// *bytes.Buffer or *strings.Reader that has not been read yet; otherwise
 	// a nil NewBody means no resend.
 	NewBody func() io.Reader
@@ -235,10 +235,10 @@ type RelayOptions struct {
 	ReqID string        // canonical id, set as X-Request-Id
 	Idle  time.Duration // longest silence between two body chunks, 0 = none
 	// Stream marks the reply as streaming although the upstream did not
-	// answer text/event-stream (the client asked stream:true, PROTOCOL 13).
+	// answer text/event-stream (the client asked stream:true).
 	Stream bool
 	// WriteTimeout bounds writing a non-streaming reply, counted from the
-	// moment Relay starts writing (PROTOCOL 14); 0 means no deadline (the
+	// moment Relay starts writing (docs/protocol.md, Timeouts); 0 means no deadline (the
 	// server's, counted from the request's arrival, is cleared either way).
 	// Streaming replies never get a write deadline.
 	WriteTimeout time.Duration

@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// Limits of PROTOCOL 12.
+// Limits on what is kept of an upstream error body (docs/errors.md).
 const (
 	ErrorBodyLimit = 8 << 10 // bytes of an upstream error body read, for the logs
 	ErrorMsgLimit  = 512     // bytes of a relayed upstream error message
@@ -119,8 +119,7 @@ func readChunks(r io.Reader, limit int64) ([]byte, error) {
 
 // errorInfo reads at most ErrorBodyLimit bytes of (decoded) body for the
 // logs and extracts the OpenAI-style message from them, even when the body
-// was cut by the limit (a 20 KiB message still yields its first 512 bytes,
-// ACCEPTANCE 197).
+// was cut by the limit (a 20 KiB message still yields its first 512 bytes).
 func errorInfo(resp *http.Response) (msg string, logBody []byte) {
 	defer resp.Body.Close()
 	r, err := decoded(resp)

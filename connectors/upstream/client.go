@@ -121,8 +121,8 @@ func newClient(cfg Config) (*Client, error) {
 }
 
 // newTransport is the one transport of a Client. Proxy is nil on purpose:
-// render and worker legs never go through HTTP_PROXY (PROTOCOL 2.2,
-// ACCEPTANCE 16). There is no ResponseHeaderTimeout: time to first byte is a
+// render and worker legs never go through HTTP_PROXY (docs/protocol.md).
+// There is no ResponseHeaderTimeout: time to first byte is a
 // per-leg budget (Leg.TTFB). HTTP/2 is not attempted: vLLM speaks HTTP/1.1
 // and h2 would put every leg to a worker on one TCP connection.
 func newTransport(cfg Config) *http.Transport {
@@ -138,7 +138,7 @@ func newTransport(cfg Config) *http.Transport {
 		ExpectContinueTimeout: 0,
 		ForceAttemptHTTP2:     false,
 		// Bigger buffers than the 4 KiB default: legs carry prompts of
-		// hundreds of KiB and fewer syscalls per leg matter (PERFORMANCE);
+		// hundreds of KiB and fewer syscalls per leg matter;
 		// kept modest because every pooled connection holds both.
 		WriteBufferSize: 16 << 10,
 		ReadBufferSize:  8 << 10,

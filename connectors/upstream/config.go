@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// Defaults of Config (FIELD-NOTES 3, 5, 7; vLLM's prefix-cache block size).
+// Defaults of Config (docs/configuration.md, upstream; vLLM's prefix-cache
+// block size).
 const (
 	DefaultFailureThreshold    = 3
 	DefaultEjectFor            = 10 * time.Second

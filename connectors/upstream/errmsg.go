@@ -10,7 +10,7 @@ import (
 )
 
 // Bounds on what celflow keeps of an upstream error for a client
-// (PROTOCOL 12): the relayed param, and the longest Retry-After believed.
+// (docs/errors.md): the relayed param, and the longest Retry-After believed.
 const (
 	ErrorParamLimit = 128 // bytes of a relayed string param (a field name in practice)
 	MaxRetryAfter   = 300 // seconds; a worker asking for more is not believed
@@ -83,10 +83,10 @@ func openAIMessage(b []byte, max int) string {
 }
 
 // openAIError extracts the message and the string `param` of an
-// OpenAI-style error body, the two shapes of PROTOCOL 12 and no other:
+// OpenAI-style error body, the two shapes docs/errors.md names and no other:
 // {"error":{"message":S,"param":P}} and vLLM's flat
 // {"object":"error","message":S,"param":P}. A bare {"message":S} is not an
-// OpenAI error and gives "" (PROTOCOL 12 relays only the listed shapes). A
+// OpenAI error and gives "" (only the listed shapes are relayed). A
 // param that is not a string (null, a number) gives "".
 //
 // b may be a prefix of the body (cut at ErrorBodyLimit): the scan is

@@ -7,7 +7,8 @@ import (
 )
 
 // ForwardHeaders copies the client's headers src onto a leg's headers dst
-// per PROTOCOL 2.2: hop-by-hop headers (and any named in Connection), Host,
+// per docs/protocol.md (Client headers on render and worker legs):
+// hop-by-hop headers (and any named in Connection), Host,
 // Content-Length, Content-Type, X-Request-Id and the OwnedHeaders are
 // dropped (celflow stamps its own EPP-Profile and Prefer after this, and
 // any owned header it sets must be stamped after it too); Accept-Encoding is dropped unless relay (decode and
@@ -53,12 +54,12 @@ func hopByHop(ck string) bool {
 
 // OwnedHeaders are the client headers that name a phase or an endpoint:
 // celflow's, never forwarded from the client on any leg (docs/threat-model.md).
-// EPP-Profile and Prefer (PROTOCOL 2.2); the Gateway API Inference
+// EPP-Profile and Prefer (docs/protocol.md); the Gateway API Inference
 // Extension's endpoint-picker protocol headers (the destination the proxy
 // routes to, the subset it may pick from, the endpoint that served);
 // llm-d's P/D and E/PD sidecar headers naming the prefill and encode
 // workers to use; llm-d's objective and fairness headers, which celflow or
-// its dispatcher stamp (ASYNC 2). Canonical form.
+// its dispatcher stamp (docs/async.md, Client API). Canonical form.
 var OwnedHeaders = []string{
 	"Epp-Profile", "Prefer",
 	"X-Gateway-Destination-Endpoint", "X-Gateway-Destination-Endpoint-Subset", "X-Gateway-Destination-Endpoint-Served",
@@ -115,7 +116,8 @@ func namedIn(conn []string, ck string) bool {
 }
 
 // copyReplyHeaders copies an upstream reply's headers to the client minus
-// hop-by-hop ones (PROTOCOL 2.3); X-Request-Id is the caller's to set.
+// hop-by-hop ones (docs/protocol.md, Headers back to the client);
+// X-Request-Id is the caller's to set.
 // Value slices are shared with src (capped), as in ForwardHeaders.
 func copyReplyHeaders(dst, src http.Header) {
 	conn := connectionValues(src)

@@ -160,8 +160,9 @@ func (e *endpoint) release(failed bool) {
 }
 
 // eject takes e out of rotation for EjectFor unless it is the last healthy
-// endpoint of its role (FIELD-NOTES 5); then its streak keeps counting and
-// the next failure tries again. A rejoining endpoint starts a fresh streak.
+// endpoint of its role (docs/configuration.md, upstream.health); then its
+// streak keeps counting and the next failure tries again. A rejoining endpoint
+// starts a fresh streak.
 //
 // Every ejection is logged (warn) and handed to the health hook; a refusal
 // by the never-last rule is logged at debug level only, as it repeats on

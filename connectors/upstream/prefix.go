@@ -5,12 +5,12 @@ import (
 	"sync"
 )
 
-// Conditional decode in direct mode (PROTOCOL 5): celflow plays the EPP's
-// prefix-cache scorer with a model of vLLM's prefix cache. A prompt is cut
-// into blocks of PrefixBlockTokens tokens; block i is named by a chained
-// hash h_i = H(h_{i-1}, block_i), so a name stands for the whole prefix up to
-// that block, as in vLLM. Each decode endpoint keeps a bounded set of the
-// names of prompts sent to it.
+// Conditional decode in direct mode (docs/protocol.md, Conditional
+// decode): celflow plays the EPP's prefix-cache scorer with a model of
+// vLLM's prefix cache. A prompt is cut into blocks of PrefixBlockTokens
+// tokens; block i is named by a chained hash h_i = H(h_{i-1}, block_i), so
+// a name stands for the whole prefix up to that block, as in vLLM. Each
+// decode endpoint keeps a bounded set of the names of prompts sent to it.
 //
 // Decision: a prompt is a predicted hit on an endpoint when the name of its
 // LAST FULL block is in that endpoint's index, i.e. decode would have to

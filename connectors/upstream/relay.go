@@ -11,7 +11,7 @@ import (
 )
 
 // ErrIdleTimeout: a relayed body was silent longer than the idle bound
-// (stream_idle_timeout, PROTOCOL 14).
+// (stream_idle_timeout, docs/protocol.md, Timeouts).
 var ErrIdleTimeout = errors.New("upstream body idle timeout")
 
 // relayBufSize bounds one read: an SSE event is far smaller, and a read
@@ -25,7 +25,8 @@ var relayBufs = sync.Pool{New: func() any { b := make([]byte, relayBufSize); ret
 // Deadlines: a streaming reply (text/event-stream, or o.Stream) gets no
 // write deadline; a non-streaming one gets now+WriteTimeout (none when 0),
 // so write_timeout counts from here, not from the request's arrival
-// (PROTOCOL 14, ACCEPTANCE 177, 178).
+// (docs/protocol.md, Timeouts): a stream or a slow non-streaming reply
+// longer than write_timeout completes.
 func relay(w http.ResponseWriter, resp *http.Response, o RelayOptions) (n int64, err error) {
 	body := resp.Body
 	defer body.Close()
@@ -63,7 +64,7 @@ func relay(w http.ResponseWriter, resp *http.Response, o RelayOptions) (n int64,
 				return n, werr
 			}
 			// One flush per read that returned data: SSE events are never
-			// coalesced (ACCEPTANCE 176).
+			// coalesced.
 			if ferr := rc.Flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
 				return n, ferr
 			}

@@ -36,7 +36,7 @@ func (c *client) send(ctx context.Context, base string, leg *Leg, hook func(Role
 }
 
 // sendLeg posts the leg, resending it once when it failed on a stale
-// keep-alive connection (FIELD-NOTES 3). leg.TTFB bounds both attempts
+// keep-alive connection (one the worker closed while idle). leg.TTFB bounds both attempts
 // together, up to the response headers only: the derived context lives on
 // with the body and is cancelled when the body is closed.
 func (c *client) sendLeg(ctx context.Context, base string, leg *Leg) (*http.Response, error) {
@@ -81,7 +81,7 @@ func (c *client) sendLeg(ctx context.Context, base string, leg *Leg) (*http.Resp
 	return nil, &TransportError{Err: err}
 }
 
-// newRequest builds the POST with PROTOCOL 2 headers.
+// newRequest builds the POST with the headers of docs/protocol.md (Headers).
 func (c *client) newRequest(ctx context.Context, base string, leg *Leg) (*http.Request, error) {
 	req, err := c.bases.newPost(ctx, base, leg.Path, leg.Body)
 	if err != nil {
@@ -159,7 +159,7 @@ func (ct *connTrace) reset() {
 // stale reports a failure that left the request unprocessed on a reused
 // keep-alive connection: nothing written, or the peer closed or reset it
 // before a single response byte (the race with a worker's idle timeout,
-// FIELD-NOTES 3). Go itself resends a POST only in the first case.
+// e.g. uvicorn's 5 s). Go itself resends a POST only in the first case.
 func (ct *connTrace) stale(err error) bool {
 	return ct.reused.Load() && !ct.gotByte.Load() && (!ct.wrote.Load() || peerClosed(err))
 }

@@ -1,6 +1,6 @@
 // Package jsonb edits JSON bodies by splicing bytes: the client's body is
 // indexed once and every leg is built from references into it plus small new
-// pieces, never by decoding to generic maps and re-encoding (PROTOCOL 1.3).
+// pieces, never by decoding to generic maps and re-encoding (docs/protocol.md, Body).
 // Unknown fields, key order and number spelling survive unless a field is
 // deliberately edited; a replaced value keeps its key's position, an added
 // key goes at the end of its object, a removed key leaves with its separator.

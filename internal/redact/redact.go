@@ -1,5 +1,5 @@
 // Package redact shapes client headers and bodies for debug logs
-// (ACCEPTANCE 18): secrets are masked, long values are cut, and a body's
+// (docs/operations.md, Logs): secrets are masked, long values are cut, and a body's
 // structure is kept while its bulk (data URIs, URLs, long strings, long
 // arrays, deep nesting) is summarised. It runs only when debug logging is
 // enabled, so it favours clarity over speed; the rules are exact because
@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 )
 
-// The limits of ACCEPTANCE 18.
+// The redaction limits.
 const (
 	Redacted       = "[REDACTED]"
 	MaxHeaderChars = 256 // header values are cut at this many characters

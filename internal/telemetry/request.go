@@ -33,7 +33,7 @@ type tracerBox struct{ t trace.Tracer }
 
 var (
 	// legProp injects only traceparent/tracestate: baggage is an ordinary
-	// client header on legs (PROTOCOL 2.2) and is forwarded as received.
+	// client header on legs (docs/protocol.md) and is forwarded as received.
 	legProp = propagation.TraceContext{}
 	// noopSpan is what StartRequest returns when tracing is off; held as an
 	// interface so returning it does not allocate.
@@ -120,7 +120,7 @@ func EndRequest(span trace.Span, status int, errCode string) {
 // worker leg started under ctx: the context of the span in ctx, so the
 // worker's spans become its children. It returns nil when ctx carries no
 // valid span context (tracing off: nothing extracts or starts one), so the
-// leg forwards the client's own traceparent unchanged (PROTOCOL 2.2;
+// leg forwards the client's own traceparent unchanged (docs/protocol.md;
 // upstream.Leg.Trace). It works with any installed provider, Install's or
 // not. Media downloads must not call it.
 func LegTrace(ctx context.Context) http.Header {

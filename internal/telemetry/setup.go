@@ -5,8 +5,8 @@
 //
 // Tracing is off by default. Off means nothing is installed: the global
 // provider stays otel's no-op, spans cost a few nanoseconds and allocate
-// nothing, and no traceparent is invented (PROTOCOL 2.2: the client's is
-// forwarded unchanged).
+// nothing, and no traceparent is invented (the client's is forwarded
+// unchanged: docs/protocol.md, Client headers on render and worker legs).
 package telemetry
 
 import (

@@ -1,9 +1,8 @@
 // Package encode is the encode node type: a fan-out over the request's media
-// items, one encoder leg per item, whose ec_transfer_params are merged in
-// item order through the EC connector (docs/protocol.md, Encode
-// and EC connectors). Each leg names its
-// item's hash (the part's uuid) and a reply must answer for that hash only
-// (reply.go, issue 10).
+// items, one encoder leg per item, whose ec_transfer_params are merged in item
+// order through the EC connector (docs/protocol.md, Encode and EC connectors).
+// Each leg names its item's hash (the part's uuid) and a reply must answer for
+// that hash only (reply.go, issue 10).
 package encode
 
 import (

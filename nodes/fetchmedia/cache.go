@@ -6,11 +6,10 @@ import (
 	"time"
 )
 
-// cache keeps successful downloads across requests (docs/protocol.md, fetch-media):
-// keyed by
-// URL, bounded by total bytes (least recently used evicted first) and by a
-// per-entry TTL. Failures are never stored. Stored bytes are immutable and
-// shared by readers.
+// cache keeps successful downloads across requests (docs/protocol.md,
+// fetch-media): keyed by URL, bounded by total bytes (least recently used
+// evicted first) and by a per-entry TTL. Failures are never stored. Stored
+// bytes are immutable and shared by readers.
 type cache struct {
 	mu    sync.Mutex
 	max   int64

@@ -13,12 +13,12 @@ import (
 )
 
 // tunnel dials media targets through the explicit media proxy
-// (docs/protocol.md, fetch-media):
-// it resolves the target itself, applies the guard to every address, and
-// asks the proxy to CONNECT to the checked IP literal. The guard therefore
-// judges the real target, never the proxy, and the proxy cannot re-resolve
-// the name to something else. The proxy itself is celflow's infrastructure:
-// it is dialled without the guard, and failing to reach it is a 502.
+// (docs/protocol.md, fetch-media): it resolves the target itself, applies the
+// guard to every address, and asks the proxy to CONNECT to the checked IP
+// literal. The guard therefore judges the real target, never the proxy, and the
+// proxy cannot re-resolve the name to something else. The proxy itself is
+// celflow's infrastructure: it is dialled without the guard, and failing to
+// reach it is a 502.
 type tunnel struct {
 	d     *dialer
 	proxy *url.URL

@@ -12,11 +12,10 @@ import (
 )
 
 // bootstrapFromReply completes the sequential kv-sglang handoff
-// (docs/protocol.md, kv-sglang):
-// the host is the picked worker's with a direct pool, else the reply's
-// (kv_transfer_params.bootstrap_host, else top-level bootstrap_host; missing
-// is a protocol error); the port is the reply's when it reports one, else
-// our own; the room is ours.
+// (docs/protocol.md, kv-sglang): the host is the picked worker's with a direct
+// pool, else the reply's (kv_transfer_params.bootstrap_host, else top-level
+// bootstrap_host; missing is a protocol error); the port is the reply's when it
+// reports one, else our own; the room is ours.
 func (n *Prefill) bootstrapFromReply(reply []byte, t *upstream.Target, own *boot) (*handoff.Bootstrap, *engine.Error) {
 	var top, kvo *jsonb.Object
 	if obj, err := jsonb.Parse(reply); err == nil {

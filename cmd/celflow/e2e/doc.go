@@ -7,5 +7,6 @@
 // server in the test process. Requests are sent with openai-go
 // (WithMaxRetries(0)); every leg is asserted through the simulators'
 // records (GET /sim/records), so a regression in any leg's path, headers or
-// body shape fails the suite. Each test names the ACCEPTANCE items it covers.
+// body shape fails the suite. Each test names, in `// ACCEPTANCE n`
+// comments, the docs/acceptance.md items it covers.
 package e2e

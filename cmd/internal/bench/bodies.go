@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// body is one request body of the matrix (PERFORMANCE.md: a small chat body
+// body is one request body of the matrix (docs/benchmarks.md: a small chat body
 // and a 200 KB prompt).
 type body struct {
 	key, title string

@@ -6,9 +6,9 @@
 // closed-loop Go load generator, and writes docs/benchmarks.md: requests/s,
 // p50/p99 latency and CPU per request side by side, the ratios
 // celflow/bare-proxy, streaming first-chunk and per-chunk latencies, and the
-// issue 7 / PERFORMANCE.md targets with met or not met.
+// targets of docs/benchmarks.md with met or not met.
 //
 // The numbers are noisy on shared two-core machines; the ratios taken within
-// one run are what carry from run to run (PERFORMANCE.md). Nothing here is on
+// one run are what carry from run to run (docs/benchmarks.md). Nothing here is on
 // celflow's request path.
 package bench

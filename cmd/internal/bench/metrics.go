@@ -12,9 +12,9 @@ import (
 )
 
 // handover is celflow's hand-over histogram (celflow_handover_seconds:
-// prefill answer received → decode request on the wire, FIELD-NOTES 6) as
+// prefill answer received → decode request on the wire, docs/benchmarks.md) as
 // read from /metrics: a sum, a count and the count at or under 0.2 ms
-// (PERFORMANCE.md's budget, one of the histogram's bucket bounds).
+// (the hand-over target, one of the histogram's bucket bounds).
 type handover struct {
 	Sum      float64 // seconds
 	Count    float64

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Check is one issue 7 / PERFORMANCE.md target and what this run found.
+// Check is one docs/benchmarks.md target and what this run found.
 type Check struct {
 	Target   string
 	Source   string

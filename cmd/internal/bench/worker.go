@@ -12,13 +12,13 @@ import (
 // Worker is the fixed-response worker that is the benchmark's floor: it
 // reads each body whole and answers from canned bytes, so nearly all the
 // CPU a cell spends is the load generator's and the hop's under test.
-// It plays every role a text request needs (PROTOCOL 4, 5, 7, 8):
+// It plays every role a text request needs (docs/protocol.md):
 //
 //   - Prefer: if-available → 412 (a conditional-decode miss);
 //   - EPP-Profile: prefill (or encode) → a completion carrying
-//     kv_transfer_params, as kv-nixl requires (PROTOCOL 9);
+//     kv_transfer_params, as kv-nixl requires;
 //   - Accept: text/event-stream (StreamLoad sends it; celflow forwards
-//     Accept, PROTOCOL 2.2) → Chunks SSE events Gap apart, each stamped with
+//     Accept) → Chunks SSE events Gap apart, each stamped with
 //     its send time ("t", unix ns), then [DONE]. The header, not the body's
 //     "stream", decides: scanning a 200 KB body for it would put a cost on
 //     the floor that no other cell has;

@@ -16,7 +16,7 @@ type Overrides struct {
 	RenderAddress string
 	// AllowLoopback sets params.allow_loopback on every fetch-media node, so
 	// that media served from 127.0.0.1 can be fetched (tests and the demo
-	// only: PROTOCOL 3 blocks loopback by default).
+	// only: fetch-media blocks loopback by default).
 	AllowLoopback bool
 	// Params sets params of nodes by id: {"decode": {"ttfb_timeout": "1s"}}
 	// (tests shorten timeouts this way). An id the workflow lacks is an error.

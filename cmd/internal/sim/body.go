@@ -8,7 +8,7 @@ import (
 	"strconv"
 )
 
-// format is the body layout of a worker request (PROTOCOL.md section 0).
+// format is the body layout of a worker request (docs/protocol.md, Terms).
 type format int
 
 const (
@@ -78,7 +78,7 @@ type wireBody struct {
 	CacheHitThreshold *float64 `json:"cache_hit_threshold"`
 }
 
-// bootstrap is SGLang's PD rendezvous (PROTOCOL.md section 9).
+// bootstrap is SGLang's PD rendezvous (docs/protocol.md, kv-sglang).
 type bootstrap struct {
 	Host string
 	Port int64

@@ -1,6 +1,6 @@
 // Package sim is a vLLM-protocol worker simulator and an Inference Gateway
 // stand-in for celflow's tests and demo. It plays vLLM's side of every leg in
-// PROTOCOL.md: render, encode, prefill and decode, with a deterministic fake
+// docs/protocol.md: render, encode, prefill and decode, with a deterministic fake
 // tokenizer, OpenAI-exact JSON and SSE replies, real KV/EC hand-off checks
 // between processes, a bounded prefix cache, fault injection and a ring of
 // request records that tests read over HTTP (GET /sim/records).

@@ -35,7 +35,7 @@ type GatewayConfig struct {
 // index per decode member, learnt from the decode replies it relayed, sends a
 // decode to the member holding the prompt's prefix when there is one, and
 // answers `Prefer: if-available` on a miss with 412 without contacting any
-// worker (PROTOCOL.md section 5).
+// worker (docs/protocol.md, Conditional decode).
 type Gateway struct {
 	cfg   GatewayConfig
 	pools map[Role]*pool

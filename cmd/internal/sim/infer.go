@@ -7,7 +7,8 @@ import (
 )
 
 // infer serves the three inference paths for the encode, prefill and decode
-// roles (PROTOCOL.md sections 5 to 9 seen from the worker).
+// roles (docs/protocol.md, Conditional decode to KV connectors, seen from the
+// worker).
 func (w *Worker) infer(f format) func(*call) {
 	return func(c *call) {
 		req, perr := parseRequest(f, c.body)

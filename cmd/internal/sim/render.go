@@ -21,7 +21,7 @@ type renderResponse struct {
 }
 
 // render serves POST /v1/chat/completions/render (one object) and
-// POST /v1/completions/render (a one-element array), PROTOCOL.md section 4.
+// POST /v1/completions/render (a one-element array), docs/protocol.md, render.
 func (w *Worker) render(f format) func(*call) {
 	return func(c *call) {
 		c.role = RoleRender

@@ -6,7 +6,7 @@ import (
 )
 
 // Role is one vLLM deployment role the simulator can play. The values are
-// the EPP-Profile values of PROTOCOL.md 2.1, plus render (a side service).
+// the EPP-Profile values (docs/protocol.md, Set by celflow), plus render (a side service).
 type Role string
 
 // The roles. A worker process may serve several of them on one port.

@@ -15,7 +15,7 @@ import (
 // bootstrap_host:bootstrap_port, which waits (bounded) for prefill to arrive.
 // So the concurrent shape completes in either arrival order, and the
 // sequential shape completes only when BootstrapWait is 0 (a prefill side
-// that answers early), as PROTOCOL.md section 9 describes.
+// that answers early), as docs/protocol.md (kv-sglang) describes.
 
 // roomJoinWait bounds how long a joining decode waits for its prefill.
 const roomJoinWait = 10 * time.Second

@@ -284,7 +284,8 @@ func (c *Controller) Release(class int) {
 }
 
 // Close refuses every waiter and every later request with ErrShuttingDown
-// (the listener has closed: PROTOCOL 14). Admitted requests run on.
+// (the listener has closed: docs/configuration.md, Shutdown). Admitted
+// requests run on.
 func (c *Controller) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -90,7 +90,7 @@ type Workflow struct {
 	Inline *schema.Doc // the inline document, positions in the config file
 }
 
-// Defaults returns the documented defaults (ACCEPTANCE 19, PROTOCOL 14):
+// Defaults returns the documented defaults (docs/configuration.md):
 // the one place they are set; decode starts from them for every section.
 func Defaults() Config {
 	return Config{

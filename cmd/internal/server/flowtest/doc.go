@@ -6,7 +6,7 @@
 //
 // Run `go test ./cmd/internal/server/flowtest` to check every case, and
 // `go test ./cmd/internal/server/flowtest -update` to rewrite the goldens (then review
-// each diff by hand against PROTOCOL.md: a golden that pins a protocol bug is
+// each diff by hand against docs/protocol.md: a golden that pins a protocol bug is
 // worse than none). `-run 'TestFlows/<name>'` runs one case.
 //
 // # Cases
@@ -15,7 +15,7 @@
 // holding case.yaml, legs.golden and response.golden. case.yaml is decoded
 // strictly (an unknown key fails the case):
 //
-//	acceptance: [133, 138]          # ACCEPTANCE.md items the case covers
+//	acceptance: [133, 138]          # docs/acceptance.md items the case covers
 //	notes: what the case pins
 //	workflow: workflows/pd.yaml     # repository-relative, or:
 //	workflow_inline: |              # a whole workflow document
@@ -94,7 +94,7 @@
 // # Known deviations
 //
 // A golden never pins a protocol bug. When celflow is known to break
-// PROTOCOL.md in a case, the golden holds the correct line (xfail.want) and
+// docs/protocol.md in a case, the golden holds the correct line (xfail.want) and
 // xfail.got the line celflow produces: the case is skipped with the reason
 // while exactly that difference remains, and fails once celflow is fixed
 // (remove the entry) or when anything else differs. -update writes want.

@@ -73,7 +73,7 @@ func (x *exchange) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// Flush sends buffered bytes now (each SSE chunk, PROTOCOL 13).
+// Flush sends buffered bytes now (each SSE chunk).
 func (x *exchange) Flush() {
 	if !x.wroteHeader {
 		x.WriteHeader(http.StatusOK)

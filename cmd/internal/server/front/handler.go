@@ -50,7 +50,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 // finish turns a panic into a 500 (or an abnormal end when the reply had
 // started), logs the summary line, reports to Observe, and finally aborts
-// the connection when the reply must end abnormally (PROTOCOL 13).
+// the connection when the reply must end abnormally (docs/protocol.md, Streaming).
 func (s *Server) finish(x *exchange, r *http.Request) {
 	if p := recover(); p != nil {
 		if p != http.ErrAbortHandler { // a sentinel, compared by identity as net/http does
@@ -140,7 +140,7 @@ func (s *Server) inference(route engine.Route) http.Handler {
 		// The run's context is cancelled when the client goes away (or the
 		// shutdown budget cuts the request), but not merely because this
 		// handler returned: a node that survives the end of the run (the
-		// concurrent SGLang prefill, PROTOCOL 9) must not be cancelled when
+		// concurrent SGLang prefill, docs/protocol.md, kv-sglang) must not be cancelled when
 		// decode's reply completes first.
 		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		stop := context.AfterFunc(ctx, cancel)
@@ -180,7 +180,7 @@ func (s *Server) settle(x *exchange, rep *engine.Report) {
 }
 
 // readBody reads the body under the cap: 413 above it, 400 when it cannot
-// be read (PROTOCOL 1.3). A declared length is read into one exact buffer.
+// be read (docs/protocol.md, Body). A declared length is read into one exact buffer.
 func readBody(x *exchange, r *http.Request, limit int64) ([]byte, *engine.Error) {
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit)
@@ -216,7 +216,7 @@ func unreadable(err error) *engine.Error {
 
 // parseRequest indexes the body once (it must be a JSON object), reads
 // model and stream without validating them, and for the generate route
-// validates token_ids and features at entry (PROTOCOL 1.5, 4.4).
+// validates token_ids and features at entry (docs/protocol.md, render: Generate).
 func parseRequest(id string, route engine.Route, h http.Header, body []byte) (*engine.Request, *jsonb.Object, engine.Tokens, []engine.MediaItem, *engine.Error) {
 	var tokens engine.Tokens
 	obj, err := jsonb.Parse(body)

@@ -1,6 +1,6 @@
 // Package front is celflow's HTTP server: the OpenAI-compatible routes, the
 // probes, request ids, body intake, error replies, per-request logs and the
-// graceful shutdown of PROTOCOL 14. It parses a request once (the body's
+// graceful shutdown (docs/configuration.md, Shutdown). It parses a request once (the body's
 // top-level index, model and stream) and hands a workflow an engine.Run;
 // everything past that is the workflow's business.
 package front
@@ -21,7 +21,8 @@ import (
 // MiB is the unit of max_request_body_size.
 const MiB = 1 << 20
 
-// DefaultMaxBodyBytes is PROTOCOL 1.3's default cap (64 MiB).
+// DefaultMaxBodyBytes is the default body cap (64 MiB,
+// server.max_request_body_size).
 const DefaultMaxBodyBytes = 64 * MiB
 
 // Options configure a Server. Durations are used as given: zero means
@@ -64,7 +65,7 @@ type Options struct {
 	ReadTimeout       time.Duration
 	// WriteTimeout bounds celflow's own JSON replies from the moment they
 	// are written. It is NOT a server write timeout: relaying nodes apply it
-	// to non-streaming replies themselves, and streams are exempt (PROTOCOL 14).
+	// to non-streaming replies themselves, and streams are exempt (docs/protocol.md, Timeouts).
 	WriteTimeout time.Duration
 
 	// DrainDelay: after shutdown starts, how long /readyz is 503 while new

@@ -6,7 +6,8 @@ import (
 	"github.com/google/uuid"
 )
 
-// MaxRequestIDLen is the longest inbound x-request-id kept (PROTOCOL 1.2).
+// MaxRequestIDLen is the longest inbound x-request-id kept (docs/protocol.md,
+// Request id).
 const MaxRequestIDLen = 128
 
 // requestID returns the canonical id of a request: the client's
@@ -25,7 +26,7 @@ func requestID(h http.Header) (id string, rejected int) {
 	return uuid.NewString(), len(vs[0])
 }
 
-// validID is the PROTOCOL 1.2 pattern, without a regexp on the hot path.
+// validID is the request id pattern [a-zA-Z0-9-]{1,128}, without a regexp on the hot path.
 func validID(s string) bool {
 	if len(s) == 0 || len(s) > MaxRequestIDLen {
 		return false

@@ -61,7 +61,7 @@ func ParseClientFields(names []string) (f ClientFields, ok bool) {
 func (f ClientFields) has(b ClientFields) bool { return f&b != 0 }
 
 // GuardFields applies the body side of the trust boundary once, at the
-// front, before any node runs (PROTOCOL 1.3): a celflow-owned field the
+// front, before any node runs (docs/threat-model.md): a celflow-owned field the
 // operator did not trust is refused (400 reserved_field, param = its JSON
 // path) or, for a content part's uuid, stripped, in which case the body and
 // its index are replaced. It assumes each key appears once per object (the

@@ -10,7 +10,7 @@ import (
 	"github.com/celflow/celflow/engine"
 )
 
-// Probe and metrics paths (PROTOCOL 1.1).
+// Probe and metrics paths (docs/configuration.md, Endpoints served).
 const (
 	PathHealthz = "/healthz"
 	PathReadyz  = "/readyz"
@@ -108,7 +108,7 @@ func probe(w http.ResponseWriter) {
 	}
 }
 
-// fail writes celflow's own JSON error reply (PROTOCOL 12) unless the
+// fail writes celflow's own JSON error reply (docs/errors.md) unless the
 // reply has started, bounding the write by the live WriteTimeout. A KindCancelled
 // error writes nothing: the client is gone.
 func (s *Server) fail(w http.ResponseWriter, e *engine.Error) {

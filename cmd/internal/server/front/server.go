@@ -93,7 +93,8 @@ func (s *Server) Live() Live { return s.cur.Load().export() }
 func (s *Server) SetReady(ok bool) { s.ready.Store(ok) }
 
 // Run listens and serves until ctx is done (the caller maps SIGTERM and
-// SIGINT to that), then shuts down as PROTOCOL 14 says:
+// SIGINT to that), then shuts down as docs/configuration.md (Shutdown)
+// says:
 //  1. /readyz turns 503 at once; requests are still served for DrainDelay;
 //  2. the listener closes; a request that still arrives on a kept-alive
 //     connection gets 503 shutting_down with Connection: close;

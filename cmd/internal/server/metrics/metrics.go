@@ -174,5 +174,5 @@ func (m *Metrics) ObserveTTFT(route string, d time.Duration) {
 }
 
 // ObserveHandover records one hand-over time (prefill answer → decode
-// request on the wire, PERFORMANCE.md); the decode node calls it.
+// request on the wire, docs/benchmarks.md, Hand-over); the decode node calls it.
 func (m *Metrics) ObserveHandover(d time.Duration) { m.handover.Observe(d.Seconds()) }
