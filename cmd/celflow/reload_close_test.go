@@ -49,6 +49,19 @@ func newMediaHost(t *testing.T) *mediaHost {
 	return h
 }
 
+// waitClosed waits (5 s at most) until no connection to h is open; who
+// names the generation that should have closed them.
+func (h *mediaHost) waitClosed(t *testing.T, who string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for h.conns() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still holds %d connections to the media host", who, h.conns())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func (h *mediaHost) conns() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -109,13 +122,7 @@ func TestServeReloadClosesOldGeneration(t *testing.T) {
 	writeFile(t, dir, "wf.yaml", decodeOnly("two", "2"))
 	hup <- syscall.SIGHUP
 	waitMetric(t, addr, reloadsOK, 1, logs)
-	deadline := time.Now().Add(5 * time.Second)
-	for media.conns() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the replaced generation still holds %d connections to the media host", media.conns())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	media.waitClosed(t, "the replaced generation")
 }
 
 // The replaced generation waits for the requests running on it: while one
@@ -174,13 +181,7 @@ func TestServeReloadDrainsBeforeClose(t *testing.T) {
 	if code := <-done; code != 200 {
 		t.Fatalf("the request in flight across the reload: %d", code)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for media.conns() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the drained generation still holds %d connections to the media host", media.conns())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	media.waitClosed(t, "the drained generation")
 }
 
 // The per-request cost of counting a generation's requests (Serve's enter
