@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"iter"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -142,23 +143,35 @@ var (
 	reCodeSpan   = regexp.MustCompile("`+[^`]*`+")
 )
 
+// outsideFences yields the lines of a Markdown document (0-based index and
+// text) that are not inside a fenced code block, fences excluded.
+func outsideFences(doc string) iter.Seq2[int, string] {
+	return func(yield func(int, string) bool) {
+		fence := ""
+		for i, line := range strings.Split(doc, "\n") {
+			trim := strings.TrimSpace(line)
+			if fence != "" {
+				if strings.HasPrefix(trim, fence) {
+					fence = ""
+				}
+				continue
+			}
+			if strings.HasPrefix(trim, "```") || strings.HasPrefix(trim, "~~~") {
+				fence = trim[:3]
+				continue
+			}
+			if !yield(i, line) {
+				return
+			}
+		}
+	}
+}
+
 // markdownLinks returns the targets of the inline links, images, reference
 // definitions and autolinks of a Markdown document, outside code.
 func markdownLinks(doc string) []found {
 	var out []found
-	fence := ""
-	for i, line := range strings.Split(doc, "\n") {
-		trim := strings.TrimSpace(line)
-		if fence != "" {
-			if strings.HasPrefix(trim, fence) {
-				fence = ""
-			}
-			continue
-		}
-		if strings.HasPrefix(trim, "```") || strings.HasPrefix(trim, "~~~") {
-			fence = trim[:3]
-			continue
-		}
+	for i, line := range outsideFences(doc) {
 		line = reCodeSpan.ReplaceAllString(line, "")
 		for _, m := range reInlineLink.FindAllStringSubmatch(line, -1) {
 			out = append(out, found{line: i + 1, target: m[1]})
@@ -236,19 +249,7 @@ var (
 func markdownAnchors(doc string) map[string]bool {
 	anchors := map[string]bool{}
 	seen := map[string]int{}
-	fence := ""
-	for _, line := range strings.Split(doc, "\n") {
-		trim := strings.TrimSpace(line)
-		if fence != "" {
-			if strings.HasPrefix(trim, fence) {
-				fence = ""
-			}
-			continue
-		}
-		if strings.HasPrefix(trim, "```") || strings.HasPrefix(trim, "~~~") {
-			fence = trim[:3]
-			continue
-		}
+	for _, line := range outsideFences(doc) {
 		for _, m := range reHTMLID.FindAllStringSubmatch(line, -1) {
 			anchors[m[1]] = true
 		}
