@@ -186,6 +186,8 @@ const (
 	nMembers
 )
 
+const inputImage = "input_image" // Responses-style image part; its payload member is image_url
+
 var memberNames = [nMembers]string{"image_url", "video_url", "audio_url", "input_audio", "image_pil", "image_embeds", "audio_embeds"}
 
 // scanPart reads one content part at [ps,pe) the way vLLM's chat parser
@@ -221,17 +223,20 @@ func scanPart(body []byte, ps, pe int) (p PartRef, ok bool, why string) {
 	})
 	// The type: "" with typed false when absent or null (vLLM's typeless
 	// branch); any other non-string is invalid.
-	declared, typed, badType := "", false, false
+	// declared aliases the body (compared, converted only for a message):
+	// a scan allocates nothing per part.
+	var declared []byte
+	typed, badType := false, false
 	if te != 0 && !isNull(body, ts) {
 		if t, ok := jsonb.Unquote(body[ts:te]); ok && body[ts] == '"' {
-			declared, typed = string(t), true
+			declared, typed = t, true
 		} else {
 			badType = true
 		}
 	}
 	for _, i := range [...]int{mImagePIL, mImageEmbeds, mAudioEmbeds} {
 		name := memberNames[i]
-		if declared == name || mem[i][1] != 0 && !isNull(body, mem[i][0]) {
+		if string(declared) == name || mem[i][1] != 0 && !isNull(body, mem[i][0]) {
 			return PartRef{}, false, "content part " + name + " is not accepted: celflow cannot inspect it " +
 				"(send images, video and audio as image_url, video_url, audio_url or input_audio)"
 		}
@@ -241,7 +246,7 @@ func scanPart(body []byte, ps, pe int) (p PartRef, ok bool, why string) {
 	// any parser would fetch: not media, as before.
 	n := 0
 	var first PartRef
-	var names []string
+	var found [mInputAudio + 1]bool // no slice: a scan allocates nothing per part
 	for i := mImage; i <= mInputAudio; i++ {
 		if mem[i][1] == 0 {
 			continue
@@ -254,19 +259,31 @@ func scanPart(body []byte, ps, pe int) (p PartRef, ok bool, why string) {
 			first = c
 		}
 		n++
-		names = append(names, memberNames[i])
+		found[i] = true
 	}
 	switch {
 	case n == 0:
 		return PartRef{}, false, ""
 	case n > 1:
+		var names []string
+		for i, f := range found {
+			if f {
+				names = append(names, memberNames[i])
+			}
+		}
 		return PartRef{}, false, "a content part carries one media member, this one has " + strings.Join(names, " and ")
 	case badType:
 		return PartRef{}, false, "type must be a string"
-	case typed && declared != first.Type && (declared != "input_image" || first.Type != "image_url"):
-		return PartRef{}, false, fmt.Sprintf("a content part of type %q must not carry %s", cutType(declared), first.Type)
+	case typed && string(declared) != first.Type && (string(declared) != inputImage || first.Type != "image_url"):
+		return PartRef{}, false, fmt.Sprintf("a content part of type %q must not carry %s", cutType(string(declared)), first.Type)
 	}
-	first.Declared = declared
+	switch {
+	case !typed:
+	case string(declared) == first.Type:
+		first.Declared = first.Type
+	default:
+		first.Declared = inputImage
+	}
 	first.Modality = ModalityOf(first.Type)
 	first.PartStart, first.PartEnd = ps, pe
 	return first, true, ""
