@@ -243,14 +243,16 @@ func scanPart(body []byte, ps, pe int) (p PartRef, ok bool, why string) {
 	}
 	// Candidates: a url-bearing member with a string url (bare or in an
 	// object), or input_audio with string data. Other values carry nothing
-	// any parser would fetch: not media, as before.
-	n := 0
+	// any parser would fetch: not media, as before. A candidate beside any
+	// other media member, even a null one, is ambiguous: vLLM's typeless
+	// branch reads the first member present, its validation may drop one.
+	n, present := 0, 0
 	var first PartRef
-	var found [mInputAudio + 1]bool // no slice: a scan allocates nothing per part
 	for i := mImage; i <= mInputAudio; i++ {
 		if mem[i][1] == 0 {
 			continue
 		}
+		present++
 		c, ok := payload(body, i, mem[i][0], mem[i][1])
 		if !ok {
 			continue
@@ -259,15 +261,14 @@ func scanPart(body []byte, ps, pe int) (p PartRef, ok bool, why string) {
 			first = c
 		}
 		n++
-		found[i] = true
 	}
 	switch {
 	case n == 0:
 		return PartRef{}, false, ""
-	case n > 1:
-		var names []string
-		for i, f := range found {
-			if f {
+	case present > 1:
+		var names []string // no slice before here: a scan allocates nothing per part
+		for i := mImage; i <= mInputAudio; i++ {
+			if mem[i][1] != 0 {
 				names = append(names, memberNames[i])
 			}
 		}
