@@ -16,8 +16,11 @@ import (
 // at the commit the file names), with celflow's outcome. The server's
 // flowtest runs the same rows against celflow sim workers.
 type vllmShapes struct {
-	VLLM string `json:"vllm"`
-	Rows []struct {
+	VLLM            string   `json:"vllm"`
+	ParserMap       []string `json:"parser_map"`
+	TypelessMembers []string `json:"typeless_members"`
+	NotMedia        []string `json:"not_media"`
+	Rows            []struct {
 		Name     string          `json:"name"`
 		Mirrors  string          `json:"mirrors"`
 		Part     json.RawMessage `json:"part"`
@@ -42,6 +45,37 @@ func TestScanPartsFollowsVLLM(t *testing.T) {
 	if !strings.Contains(tab.VLLM, "chat_utils.py") || len(tab.Rows) == 0 {
 		t.Fatalf("table header %q, %d rows", tab.VLLM, len(tab.Rows))
 	}
+	// Every part type and typeless member vLLM reads is either not media
+	// or has a row: a name copied from a newer vLLM shows up here.
+	notMedia := map[string]bool{}
+	for _, n := range tab.NotMedia {
+		notMedia[n] = true
+	}
+	covered := map[string]bool{}
+	for _, r := range tab.Rows {
+		var part map[string]json.RawMessage
+		if err := json.Unmarshal(r.Part, &part); err != nil {
+			t.Fatalf("row %q: %v", r.Name, err)
+		}
+		var typ string
+		if json.Unmarshal(part["type"], &typ) == nil && typ != "" {
+			covered[typ] = true
+		}
+		if _, ok := part["type"]; !ok {
+			for k := range part {
+				covered[k] = true
+			}
+		}
+	}
+	for _, n := range append(append([]string(nil), tab.ParserMap...), tab.TypelessMembers...) {
+		if !notMedia[n] && !covered[n] {
+			t.Errorf("vLLM reads %q as media and no row covers it (testdata/vllm_shapes.json)", n)
+		}
+	}
+	if len(tab.ParserMap) == 0 || len(tab.TypelessMembers) == 0 {
+		t.Fatal("the table lists no vLLM names")
+	}
+
 	const url = "http://media.test/x"
 	for _, r := range tab.Rows {
 		t.Run(r.Name, func(t *testing.T) {
