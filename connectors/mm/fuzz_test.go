@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/celflow/celflow/internal/jsonb"
@@ -156,6 +157,12 @@ func FuzzScanParts(f *testing.F) {
 	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}},{"type":"input_audio","input_audio":{"data":"UklG","format":"wav"}}]}]}`))
 	f.Add([]byte(`{"messages":[{"content":[{"type":"image\u005furl","image_url":{"url":"a\"b"}}]}]}`))
 	f.Add([]byte(`{"messages":[1,{"content":{"a":1}},{"content":[{"type":7}]}]}`))
+	// Shapes vLLM reads beyond the typed object url (testdata/vllm_shapes.json).
+	f.Add([]byte(`{"messages":[{"content":[{"type":"input_image","image_url":"http://h/a.png"},{"image_url":{"url":"http://h/b"}},{"video_url":"v"},{"type":null,"audio_url":"a"}]}]}`))
+	f.Add([]byte(`{"messages":[{"content":[{"type":"image_url","image_url":"http://h/a","uuid":"u"},{"input_audio":{"data":"AA==","format":"wav"}}]}]}`))
+	f.Add([]byte(`{"messages":[{"content":[{"image_embeds":"AAAA"}]}]}`))
+	f.Add([]byte(`{"messages":[{"content":[{"type":"text","uuid":"u","image_url":"http://h/a"}]}]}`))
+	f.Add([]byte(`{"messages":[{"content":[{"image_url":"a","video_url":{"url":"b"}},{"type":7,"image_url":"x"},{"image_url":null,"uuid":"u"}]}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		obj, err := jsonb.Parse(body)
 		if err != nil {
@@ -164,8 +171,18 @@ func FuzzScanParts(f *testing.F) {
 		}
 		a, errA := ScanParts(body, obj)
 		b, errB := ScanParts(body, nil)
-		if errA != nil || errB != nil || len(a) != len(b) {
-			t.Fatalf("with index %d parts (%v), without %d (%v)", len(a), errA, len(b), errB)
+		if errA != nil || errB != nil {
+			// A refused media shape, the same with or without the index,
+			// and always the client's 400 with the part's path.
+			var me *Error
+			if errA == nil || errB == nil || errA.Error() != errB.Error() || !errors.As(errA, &me) ||
+				me.Kind != BadRequest || !strings.HasPrefix(me.Param, "messages[") {
+				t.Fatalf("with index %v, without %v", errA, errB)
+			}
+			return
+		}
+		if len(a) != len(b) {
+			t.Fatalf("with index %d parts, without %d", len(a), len(b))
 		}
 		for i := range a {
 			if a[i] != b[i] {

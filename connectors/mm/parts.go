@@ -7,6 +7,10 @@
 package mm
 
 import (
+	"fmt"
+	"strings"
+
+	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/internal/jsonb"
 )
 
@@ -20,20 +24,38 @@ const (
 // PartRef is one media part found in messages[*].content[*]. Offsets are
 // absolute in the scanned body.
 type PartRef struct {
-	Type     string // part type: "image_url", "video_url", "audio_url" or "input_audio"
+	// Type is the part's payload member and canonical part type:
+	// "image_url", "video_url", "audio_url" or "input_audio".
+	Type     string
 	Modality string // "image", "video" or "audio"
-	Index    int    // order of appearance over all modalities
-	Part     int    // k-th part of its modality
+	// Declared is the client's "type" ("" when absent or null; "input_image"
+	// for the Responses-style image part, whose payload is image_url).
+	Declared string
+	// Bare: the payload member is the url string itself ("image_url":"…"),
+	// not an object holding it ("image_url":{"url":"…"}).
+	Bare  bool
+	Index int // order of appearance over all modalities
+	Part  int // k-th part of its modality
 	// PartStart..PartEnd is the part object ({"type":…,…}).
 	PartStart, PartEnd int
-	// ObjStart..ObjEnd is the value of the "<type>" member (an object), the
-	// piece encode copies into its single-part sub-request.
+	// ObjStart..ObjEnd is the value of the "<type>" member (an object, or
+	// the url string when Bare), the piece encode copies into its
+	// single-part sub-request.
 	ObjStart, ObjEnd int
 	// ValStart..ValEnd is the url string (input_audio: the data string),
 	// quotes included: the range fetch-media replaces with a data URI.
 	ValStart, ValEnd int
 	// Format is input_audio.format when it is a string, "" otherwise.
 	Format string
+}
+
+// WrapOnRewrite reports whether a data URI replacing the url must be
+// wrapped as {"url":…}: a typed part with a bare url string
+// ({"type":"image_url","image_url":"…"}) is rewritten to the OpenAI object
+// form, the one vLLM's typed parser validates. Typeless and input_image
+// parts keep the bare string, the form vLLM reads for them.
+func (p *PartRef) WrapOnRewrite() bool {
+	return p.Bare && p.Declared == p.Type
 }
 
 // Inline reports whether the part carries its payload in the body: an
@@ -62,10 +84,21 @@ func ModalityOf(partType string) string {
 // ScanParts walks messages[*].content[*] of body and returns the media parts
 // in order of appearance. obj is body's top-level index from jsonb.Parse, or
 // nil (then body must still be valid JSON: it is walked, not validated).
-// Malformed shapes are skipped silently as docs/protocol.md (fetch-media) lists
-// them (a non-object message, non-array content, a non-object part or <type>
-// member, a url or data that is not a string); a body without messages yields
-// no parts. The error is reserved for bytes that are not JSON at all.
+//
+// A part is media when vLLM's chat parser would read a media payload from it
+// (docs/threat-model.md, Media shapes): a url in image_url / video_url /
+// audio_url, as an object {"url":…} or as the bare string, with the
+// matching "type", with "type":"input_image" (image_url), or with no type;
+// or input_audio data. Shapes vLLM reads but celflow cannot guard
+// (image_embeds, audio_embeds, image_pil) and ambiguous parts (two media
+// members, or a type that names another member) are refused: an *Error
+// (400 invalid_request) whose Param is the part's path.
+//
+// Shapes from which no parser reads media are skipped silently as
+// docs/protocol.md (fetch-media) lists them (a non-object message, non-array
+// content, a non-object part, a payload that is neither a string nor an
+// object, a url or data that is not a string); a body without messages
+// yields no parts. Bytes that are not JSON at all are the other error.
 func ScanParts(body []byte, obj *jsonb.Object) ([]PartRef, error) {
 	var ms int
 	var ok bool
@@ -90,7 +123,10 @@ func ScanParts(body []byte, obj *jsonb.Object) ([]PartRef, error) {
 	}
 	var parts []PartRef
 	var counts [3]int
+	var refused *Error
+	mi := -1
 	err := jsonb.EachElement(body, ms, func(msgS, _ int) bool {
+		mi++
 		if body[msgS] != '{' {
 			return true
 		}
@@ -98,8 +134,16 @@ func ScanParts(body []byte, obj *jsonb.Object) ([]PartRef, error) {
 		if !ok || body[cs] != '[' {
 			return true
 		}
+		pi := -1
 		_ = jsonb.EachElement(body, cs, func(ps, pe int) bool {
-			if p, ok := scanPart(body, ps, pe); ok {
+			pi++
+			p, ok, why := scanPart(body, ps, pe)
+			if why != "" {
+				param := fmt.Sprintf("messages[%d].content[%d]", mi, pi)
+				refused = &Error{Kind: BadRequest, Param: param, Msg: param + ": " + why}
+				return false
+			}
+			if ok {
 				m := modalityIndex(p.Modality)
 				p.Part = counts[m]
 				counts[m]++
@@ -108,8 +152,11 @@ func ScanParts(body []byte, obj *jsonb.Object) ([]PartRef, error) {
 			}
 			return true
 		})
-		return true
+		return refused == nil
 	})
+	if refused != nil {
+		return nil, refused
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -126,17 +173,40 @@ func modalityIndex(m string) int {
 	return 0
 }
 
-// scanPart recognises one media part object at [ps,pe). One walk over the
-// part's members finds "type" and every candidate payload member, so a
-// large inline payload is skipped once here. Names are unique (the front's
-// jsonb.Parse refused repeats); on bytes nobody checked, the first wins, as
-// everywhere in jsonb.
-func scanPart(body []byte, ps, pe int) (PartRef, bool) {
+// Payload members scanPart reads: the url-bearing ones, input_audio, and
+// the ones vLLM reads but celflow refuses. Indexes into scanPart's table.
+const (
+	mImage = iota
+	mVideo
+	mAudio
+	mInputAudio
+	mImagePIL
+	mImageEmbeds
+	mAudioEmbeds
+	nMembers
+)
+
+const inputImage = "input_image" // Responses-style image part; its payload member is image_url
+
+var memberNames = [nMembers]string{"image_url", "video_url", "audio_url", "input_audio", "image_pil", "image_embeds", "audio_embeds"}
+
+// scanPart reads one content part at [ps,pe) the way vLLM's chat parser
+// (vllm/entrypoints/chat_utils.py: MM_PARSER_MAP for a typed part, the
+// typeless branch of _parse_chat_message_content_mm_part for a part without
+// type or with a uuid) might, and errs on the side of media: vLLM validates
+// the request with pydantic first, which may drop a "type" that does not
+// fit and hand the part to the typeless branch, so a member is media
+// whatever the type says. ok is a media part; why, when not "", is the
+// refusal (a shape celflow cannot guard, or an ambiguous one). One walk
+// over the part's members finds them all, so a large inline payload is
+// skipped once here. Names are unique (the front's jsonb.Parse refused
+// repeats); on bytes nobody checked, the first wins, as everywhere in jsonb.
+func scanPart(body []byte, ps, pe int) (p PartRef, ok bool, why string) {
 	if body[ps] != '{' {
-		return PartRef{}, false
+		return PartRef{}, false, ""
 	}
 	var ts, te int
-	var obj [4][2]int // image_url, video_url, audio_url, input_audio values
+	var mem [nMembers][2]int
 	_ = jsonb.EachMember(body, ps, func(f jsonb.Field) bool {
 		if f.KeyIs("type") {
 			if te == 0 {
@@ -144,40 +214,102 @@ func scanPart(body []byte, ps, pe int) (PartRef, bool) {
 			}
 			return true
 		}
-		for i, name := range partTypes {
-			if obj[i][1] == 0 && f.KeyIs(name) {
-				obj[i] = [2]int{f.ValStart, f.ValEnd}
+		for i, name := range memberNames {
+			if mem[i][1] == 0 && f.KeyIs(name) {
+				mem[i] = [2]int{f.ValStart, f.ValEnd}
 			}
 		}
 		return true
 	})
-	if te == 0 {
-		return PartRef{}, false
-	}
-	t, ok := jsonb.Unquote(body[ts:te])
-	if !ok {
-		return PartRef{}, false
-	}
-	ti := -1
-	for i, name := range partTypes {
-		if string(t) == name {
-			ti = i
+	// The type: "" with typed false when absent or null (vLLM's typeless
+	// branch); any other non-string is invalid.
+	// declared aliases the body (compared, converted only for a message):
+	// a scan allocates nothing per part.
+	var declared []byte
+	typed, badType := false, false
+	if te != 0 && !isNull(body, ts) {
+		if t, ok := jsonb.Unquote(body[ts:te]); ok && body[ts] == '"' {
+			declared, typed = t, true
+		} else {
+			badType = true
 		}
 	}
-	if ti < 0 || obj[ti][1] == 0 || body[obj[ti][0]] != '{' {
+	for _, i := range [...]int{mImagePIL, mImageEmbeds, mAudioEmbeds} {
+		name := memberNames[i]
+		if string(declared) == name || mem[i][1] != 0 && !isNull(body, mem[i][0]) {
+			return PartRef{}, false, "content part " + name + " is not accepted: celflow cannot inspect it " +
+				"(send images, video and audio as image_url, video_url, audio_url or input_audio)"
+		}
+	}
+	// Candidates: a url-bearing member with a string url (bare or in an
+	// object), or input_audio with string data. Other values carry nothing
+	// any parser would fetch: not media, as before. A candidate beside any
+	// other media member, even a null one, is ambiguous: vLLM's typeless
+	// branch reads the first member present, its validation may drop one.
+	n, present := 0, 0
+	var first PartRef
+	for i := mImage; i <= mInputAudio; i++ {
+		if mem[i][1] == 0 {
+			continue
+		}
+		present++
+		c, ok := payload(body, i, mem[i][0], mem[i][1])
+		if !ok {
+			continue
+		}
+		if n == 0 {
+			first = c
+		}
+		n++
+	}
+	switch {
+	case n == 0:
+		return PartRef{}, false, ""
+	case present > 1:
+		var names []string // no slice before here: a scan allocates nothing per part
+		for i := mImage; i <= mInputAudio; i++ {
+			if mem[i][1] != 0 {
+				names = append(names, memberNames[i])
+			}
+		}
+		return PartRef{}, false, "a content part carries one media member, this one has " + strings.Join(names, " and ")
+	case badType:
+		return PartRef{}, false, "type must be a string"
+	case typed && string(declared) != first.Type && (string(declared) != inputImage || first.Type != "image_url"):
+		return PartRef{}, false, fmt.Sprintf("a content part of type %q must not carry %s", cutType(string(declared)), first.Type)
+	}
+	switch {
+	case !typed:
+	case string(declared) == first.Type:
+		first.Declared = first.Type
+	default:
+		first.Declared = inputImage
+	}
+	first.Modality = ModalityOf(first.Type)
+	first.PartStart, first.PartEnd = ps, pe
+	return first, true, ""
+}
+
+// payload reads member i's value at [vs,ve): its url (or input_audio's data)
+// string, or !ok when it carries none.
+func payload(body []byte, i, vs, ve int) (PartRef, bool) {
+	p := PartRef{Type: memberNames[i], ObjStart: vs, ObjEnd: ve}
+	if i != mInputAudio && body[vs] == '"' {
+		p.Bare, p.ValStart, p.ValEnd = true, vs, ve
+		return p, true
+	}
+	if body[vs] != '{' {
 		return PartRef{}, false
 	}
-	p := PartRef{Type: partTypes[ti], Modality: ModalityOf(partTypes[ti]), PartStart: ps, PartEnd: pe}
-	p.ObjStart, p.ObjEnd = obj[ti][0], obj[ti][1]
-	var vs, ve int
+	var us, ue int
 	format := false
-	_ = jsonb.EachMember(body, p.ObjStart, func(f jsonb.Field) bool {
+	_ = jsonb.EachMember(body, vs, func(f jsonb.Field) bool {
 		switch {
-		case p.Type != "input_audio" && f.KeyIs("url"), p.Type == "input_audio" && f.KeyIs("data"):
-			if ve == 0 {
-				vs, ve = f.ValStart, f.ValEnd
+		case i != mInputAudio && f.KeyIs("url"), i == mInputAudio && f.KeyIs("data"):
+			if ue == 0 {
+				us, ue = f.ValStart, f.ValEnd
 			}
-		case p.Type == "input_audio" && !format && f.KeyIs("format"):
+		case i == mInputAudio && !format && f.KeyIs("format"):
 			format = true
 			if v, ok := jsonb.Unquote(body[f.ValStart:f.ValEnd]); ok {
 				p.Format = string(v)
@@ -185,14 +317,19 @@ func scanPart(body []byte, ps, pe int) (PartRef, bool) {
 		}
 		return true
 	})
-	if ve == 0 || body[vs] != '"' {
+	if ue == 0 || body[us] != '"' {
 		return PartRef{}, false
 	}
-	p.ValStart, p.ValEnd = vs, ve
+	p.ValStart, p.ValEnd = us, ue
 	return p, true
 }
 
-var partTypes = [4]string{"image_url", "video_url", "audio_url", "input_audio"}
+func isNull(body []byte, vs int) bool {
+	return vs+4 <= len(body) && string(body[vs:vs+4]) == "null"
+}
+
+// cutType bounds a client's type in a message.
+func cutType(s string) string { return engine.CutUTF8(s, 40) }
 
 // PartAt re-reads the media part object at body[start:end] (the offsets an
 // MediaItem carries), for legs that rebuild or annotate that part.
@@ -200,7 +337,8 @@ func PartAt(body []byte, start, end int) (PartRef, bool) {
 	if start < 0 || end > len(body) || start >= end {
 		return PartRef{}, false
 	}
-	return scanPart(body, start, end)
+	p, ok, _ := scanPart(body, start, end)
+	return p, ok
 }
 
 // MediaItems turns scanned parts into items (no type or size: nothing was

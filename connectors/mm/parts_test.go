@@ -20,8 +20,10 @@ func TestScanParts(t *testing.T) {
 	}{
 		{"no messages", `{"prompt":"x"}`, nil},
 		{"text only", `{"messages":[{"role":"user","content":"hi"},{"role":"user","content":[{"type":"text","text":"x"}]}]}`, nil},
-		// ACCEPTANCE 68: malformed shapes are skipped silently.
-		{"malformed shapes", `{"messages":[1,"x",null,{"content":{"a":1}},{"content":[5,{"type":"image_url","image_url":"http://a/x.png"},` +
+		// ACCEPTANCE 68: malformed shapes are skipped silently. A bare
+		// string image_url is no longer one of them: vLLM reads it as media
+		// (TestScanPartsFollowsVLLM), so it is fetched like an object url.
+		{"malformed shapes", `{"messages":[1,"x",null,{"content":{"a":1}},{"content":[5,{"type":"image_url","image_url":7},` +
 			`{"type":"image_url","image_url":{"url":5}},{"type":"image_url"},{"type":7},{"type":"input_audio","input_audio":{"format":"wav"}}]}],"messages2":[]}`, nil},
 		{"messages not array", `{"messages":{"content":[]}}`, nil},
 		{"order and modalities", `{"model":"m","messages":[{"role":"user","content":[` +

@@ -36,6 +36,8 @@ type Error struct {
 	Kind  ErrKind
 	Msg   string
 	Cause error
+	// Param is the reply's "param" (the offending field's path), "" for none.
+	Param string
 }
 
 func (e *Error) Error() string {
@@ -58,7 +60,7 @@ func (e *Error) EngineError() *engine.Error {
 	case BadReply:
 		k = engine.KindUpstreamProtocol
 	}
-	return &engine.Error{Kind: k, Item: -1, Msg: e.Msg, Cause: e.Cause}
+	return &engine.Error{Kind: k, Item: -1, Msg: e.Msg, Cause: e.Cause, Param: e.Param}
 }
 
 var _ engine.Classified = (*Error)(nil)

@@ -13,7 +13,8 @@ import (
 //	{"model":M,"messages":[{"role":"user","content":[{"type":T,"<T>":<client object>,"uuid":H}]}],
 //	 "tokens":{…item tokens, features without kwargs…},"max_tokens":1,"stream":false}
 //
-// The part is rebuilt from its "<T>" member and that member is referenced,
+// The part is rebuilt from its "<T>" member (a bare url string is wrapped as
+// {"url":…}) and that member is referenced,
 // not copied: the body is three segments around the client's bytes. A
 // client uuid on the part is not carried; the part's uuid is the item's
 // hash (render's), so an encoder keys its cache and its ec_transfer_params
@@ -45,6 +46,12 @@ func chatBody(st *engine.State, it *engine.MediaItem, model []byte) (*jsonb.Body
 	pre = jsonb.AppendQuote(pre, p.Type)
 	pre = append(pre, ':')
 	post := make([]byte, 0, len(tokens)+len(it.Hash)+64)
+	if p.Bare {
+		// A bare url string ({"image_url":"…"}, input_image, no type) is
+		// sent in the OpenAI object form, the one every encoder parses.
+		pre = append(pre, `{"url":`...)
+		post = append(post, '}')
+	}
 	if it.HasFeatures && it.Hash != "" {
 		post = append(post, `,"uuid":`...)
 		post = jsonb.AppendQuote(post, it.Hash)

@@ -351,3 +351,43 @@ func TestEncodeBuild(t *testing.T) {
 		t.Errorf("defaults %+v", x)
 	}
 }
+
+// Typeless and input_image parts (vLLM's other media shapes, docs/threat-model.md,
+// Media shapes) reach the encoder in the canonical typed object form: a
+// bare url string is wrapped as {"url":…}, the part's type is its payload
+// member.
+func TestEncodeChatOtherShapes(t *testing.T) {
+	w := newWorker(t, ecReply)
+	n := buildNode(t, w.URL, ``, engine.Defaults{ECConnector: "ec-nixl"})
+	req, prep := state(t)
+	req.Body = []byte(`{"model":"qwen-vl","messages":[{"role":"user","content":[{"type":"text","text":"compare"},` +
+		`{"type":"input_image","image_url":"data:image/png;base64,iVBO","detail":"auto"},{"image_url":{"url":"data:image/png;base64,AAAA"}},` +
+		`{"image_url":"data:image/png;base64,BBBB","uuid":"u"}]}]}`)
+	res, merged, _ := fanOut(n, req, prep)
+	for k, x := range res {
+		if x.Err != nil {
+			t.Fatalf("item %d: %v", k, x.Err)
+		}
+	}
+	if merged.Err != nil {
+		t.Fatal(merged.Err)
+	}
+	want := []string{
+		`[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBO"},"uuid":"h0"}]`,
+		`[{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"},"uuid":"h1"}]`,
+		`[{"type":"image_url","image_url":{"url":"data:image/png;base64,BBBB"},"uuid":"h2"}]`,
+	}
+	legs := w.sorted()
+	if len(legs) != 3 {
+		t.Fatalf("%d legs", len(legs))
+	}
+	for _, wc := range want {
+		found := false
+		for _, l := range legs {
+			found = found || strings.Contains(l.body, `"content":`+wc)
+		}
+		if !found {
+			t.Errorf("no leg carries content %s", wc)
+		}
+	}
+}

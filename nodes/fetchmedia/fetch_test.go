@@ -78,7 +78,7 @@ func TestFetchNoItems(t *testing.T) {
 	for _, body := range []string{
 		`{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
 		`{"prompt":"no messages"}`,
-		`{"messages":[1,{"content":{}},{"content":[2,{"type":"image_url","image_url":"http://x"},{"type":"image_url","image_url":{"url":3}}]}]}`,
+		`{"messages":[1,{"content":{}},{"content":[2,{"type":"image_url","image_url":7},{"type":"image_url","image_url":{"url":3}}]}]}`,
 	} {
 		res, st := run(t, n, body)
 		if res.Err != nil || len(st.Media) != 0 || string(st.Body) != body {

@@ -2,6 +2,7 @@ package fetchmedia
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"strings"
 
@@ -22,6 +23,9 @@ type download struct {
 	data  []byte
 	hit   bool
 	repl  []byte // the data: URI JSON string, built once per download
+	// wrapped is {"url":<repl>}, built once when a typed part with a bare
+	// url string uses this download (rewrite).
+	wrapped []byte
 }
 
 // Run implements engine.Node.
@@ -33,9 +37,7 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 	body := st.Body
 	parts, err := mm.ScanParts(body, nil)
 	if err != nil {
-		e := engine.Errorf(engine.KindInvalidJSON, "request body is not valid JSON")
-		e.Cause = err
-		return engine.Result{Err: e}
+		return engine.Result{Err: scanErr(err)}
 	}
 	if max := n.cfg.maxEntries; max > 0 && len(parts) > max {
 		return engine.Result{Err: engine.Errorf(engine.KindInvalidRequest,
@@ -209,5 +211,17 @@ func itemErr(k engine.Kind, it *engine.MediaItem, msg string) *engine.Error {
 func errAt(k engine.Kind, d *download, msg string, cause error) *engine.Error {
 	e := engine.Errorf(k, "media item %d (%s): %s", d.first, d.mod, msg)
 	e.Cause = cause
+	return e
+}
+
+// scanErr is a part scan's failure: a refused media shape is the client's
+// 400 with the part's path as param (mm.Error); anything else means the
+// bytes are not JSON.
+func scanErr(err error) *engine.Error {
+	if _, ok := errors.AsType[*mm.Error](err); ok {
+		return engine.AsError(err)
+	}
+	e := engine.Errorf(engine.KindInvalidJSON, "request body is not valid JSON")
+	e.Cause = err
 	return e
 }

@@ -59,6 +59,17 @@ type mediaURL struct {
 	URL string `json:"url"`
 }
 
+// UnmarshalJSON takes the object {"url":…} or the bare url string, as
+// vLLM's chat parser does (CustomChatCompletionContentSimpleImageParam and
+// friends, input_image).
+func (m *mediaURL) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		return json.Unmarshal(b, &m.URL)
+	}
+	type plain mediaURL
+	return json.Unmarshal(b, (*plain)(m))
+}
+
 type inputAudio struct {
 	Data   string `json:"data"`
 	Format string `json:"format"`
@@ -136,14 +147,29 @@ func renderChat(messages json.RawMessage) (promptInfo, []mediaPart, error) {
 func partMedia(p chatPart) (mediaPart, bool, error) {
 	var mp mediaPart
 	var url string
+	typ := p.Type
+	if typ == "" || len(p.UUID) > 0 && string(p.UUID) != "null" {
+		// vLLM's typeless branch (no type, or a uuid): the first media
+		// member present decides.
+		switch {
+		case p.ImageURL != nil:
+			typ = "image_url"
+		case p.AudioURL != nil:
+			typ = "audio_url"
+		case p.InputAudio != nil:
+			typ = "input_audio"
+		case p.VideoURL != nil:
+			typ = "video_url"
+		}
+	}
 	switch {
-	case p.Type == "image_url" && p.ImageURL != nil:
+	case (typ == "image_url" || typ == "input_image") && p.ImageURL != nil:
 		mp.Modality, url = "image", p.ImageURL.URL
-	case p.Type == "video_url" && p.VideoURL != nil:
+	case typ == "video_url" && p.VideoURL != nil:
 		mp.Modality, url = "video", p.VideoURL.URL
-	case p.Type == "audio_url" && p.AudioURL != nil:
+	case typ == "audio_url" && p.AudioURL != nil:
 		mp.Modality, url = "audio", p.AudioURL.URL
-	case p.Type == "input_audio" && p.InputAudio != nil:
+	case typ == "input_audio" && p.InputAudio != nil:
 		b, err := base64.StdEncoding.DecodeString(p.InputAudio.Data)
 		if err != nil {
 			return mp, false, fmt.Errorf("input_audio.data: invalid base64")

@@ -215,7 +215,8 @@ func unreadable(err error) *engine.Error {
 }
 
 // parseRequest indexes the body once (it must be a JSON object), reads
-// model and stream without validating them, and for the generate route
+// model and stream without validating them, for the chat route refuses the
+// media shapes celflow does not carry, and for the generate route
 // validates token_ids and features at entry (docs/protocol.md, render: Generate).
 func parseRequest(id string, route engine.Route, h http.Header, body []byte) (*engine.Request, *jsonb.Object, engine.Tokens, []engine.MediaItem, *engine.Error) {
 	var tokens engine.Tokens
@@ -235,6 +236,15 @@ func parseRequest(id string, route engine.Route, h http.Header, body []byte) (*e
 		req.Stream = string(raw) == "true" // the literal only: "true" (a string) is not streaming
 	}
 	var media []engine.MediaItem
+	if route == engine.RouteChat {
+		// Media shapes a worker would read but celflow cannot guard, or
+		// ambiguous ones, are refused here for every workflow, with or
+		// without fetch-media: every leg forwards the client's parts
+		// (docs/threat-model.md, Media shapes).
+		if _, err := mm.ScanParts(body, obj); err != nil {
+			return nil, nil, tokens, nil, engine.AsError(err)
+		}
+	}
 	if route == engine.RouteGenerate {
 		if tokens, media, err = mm.ParseGenerate(body, obj); err != nil {
 			return nil, nil, tokens, nil, engine.AsError(err)
