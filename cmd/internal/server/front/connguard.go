@@ -110,3 +110,22 @@ func (c *guardedConn) CloseWrite() error {
 	}
 	return nil
 }
+
+// Bounds of the derived connection cap.
+const (
+	minDerivedConns  = 64
+	maxDerivedConns  = 1 << 20
+	fallbackMaxConns = 4096 // when the fd limit cannot be read
+)
+
+// DefaultMaxConnections is server.max_connections' default: half the
+// process's file-descriptor limit (the other half is for the upstream
+// legs' connections, the media fetches, Redis, the metrics listener and
+// files), at least 64 and at most 2^20.
+func DefaultMaxConnections() int {
+	n := fdLimit()
+	if n == 0 {
+		return fallbackMaxConns
+	}
+	return int(min(max(n/2, minDerivedConns), maxDerivedConns))
+}
