@@ -43,8 +43,8 @@ type Server struct {
 
 	models atomic.Pointer[modelCache] // GET /v1/models (models.go)
 
-	resets    *resetTable // early resets per client address; nil: no policy
-	refusals  *refusalLog // refusal log lines, aggregated (refusallog.go)
+	resets   *resetTable // early resets per client address; nil: no policy
+	refusals *refusalLog // refusal log lines, aggregated (refusallog.go)
 }
 
 // New builds a server; it does not listen yet.
