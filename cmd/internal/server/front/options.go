@@ -110,6 +110,10 @@ type Options struct {
 	Resets ResetPolicy
 	// Conns, when set, receives connection-level events (metrics).
 	Conns ConnObserver
+
+	// refusalEvery is the refusal log's interval; 0: refusalInterval
+	// (tests shorten it).
+	refusalEvery time.Duration
 }
 
 // Route is one extra handler (Options.Routes).

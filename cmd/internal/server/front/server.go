@@ -60,7 +60,7 @@ func New(opts Options) *Server {
 		s.log = logrus.StandardLogger()
 	}
 	s.resets = newResetTable(opts.Resets, resetTableSize)
-	s.refusals = newRefusalLog(s.log, 0)
+	s.refusals = newRefusalLog(s.log, opts.refusalEvery)
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.router = s.routes()
 	return s
