@@ -57,12 +57,13 @@ func TestMaxConnections(t *testing.T) {
 	}
 
 	start := time.Now()
-	c, err := net.Dial("tcp", h.addr) // the kernel completes the handshake
-	if err != nil {
-		t.Fatal(err)
+	// The kernel completes the handshake; the reset may then reach the
+	// client before its connect returns, or at its first read.
+	c, err := net.Dial("tcp", h.addr)
+	if err == nil {
+		err = served(c)
+		c.Close()
 	}
-	err = served(c)
-	c.Close()
 	if d := time.Since(start); err == nil || d > time.Second {
 		t.Fatalf("fourth connection: err %v after %v, want refused well under a second", err, d)
 	}
