@@ -182,6 +182,11 @@ var restartKeys = []struct {
 	{"async", func(c *config.Config) string { return fmt.Sprintf("%+v", c.Async) }},
 	{"server.max_header_bytes", func(c *config.Config) string { return fmt.Sprint(c.Server.MaxHeaderBytes) }},
 	{"server.max_header_count", func(c *config.Config) string { return fmt.Sprint(c.Server.MaxHeaderCount) }},
+	// The listener's guard and the reset table are built once (connguard.go, resets.go).
+	{"server.max_connections", func(c *config.Config) string { return fmt.Sprint(c.Server.MaxConnections) }},
+	{"server.reset_limit", func(c *config.Config) string { return fmt.Sprint(c.Server.ResetLimit) }},
+	{"server.reset_window", func(c *config.Config) string { return c.Server.ResetWindow.String() }},
+	{"server.reset_cooldown", func(c *config.Config) string { return c.Server.ResetCooldown.String() }},
 }
 
 // reloader applies SIGHUP: one reload at a time, from one goroutine.

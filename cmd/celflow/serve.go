@@ -158,6 +158,12 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		AdmissionObserver: m.AdmissionObserver(),
 		Background:        dispatchedRequest,
 		Extra:             lv.Extra,
+		MaxConnections:    s.MaxConnections,
+		Resets:            front.ResetPolicy{Limit: s.ResetLimit, Window: s.ResetWindow, Cooldown: s.ResetCooldown},
+		Conns:             m.ConnObserver(),
+	}
+	if opts.MaxConnections == 0 { // derived from the fd limit (docs/operations.md)
+		opts.MaxConnections = front.DefaultMaxConnections()
 	}
 	tlsSt.options(&opts)
 	srv := front.New(opts)

@@ -47,6 +47,11 @@ type Call struct {
 // picked). On success the caller owns resp.Body; on a non-2xx rejected by
 // Send the body was read (for the log) and closed.
 func (cl Call) Send(ctx context.Context, x *engine.Exec, c *upstream.Client, res *engine.Result) (*http.Response, *upstream.Target, *engine.Error) {
+	if err := ctx.Err(); err != nil {
+		// The client is gone (an HTTP/2 stream reset) or the deadline has
+		// passed: nothing is picked, dialled or sent.
+		return nil, nil, engine.AsError(err)
+	}
 	t := cl.Target
 	if t == nil {
 		var e *engine.Error

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
@@ -57,6 +58,43 @@ func TestCallSend(t *testing.T) {
 			}
 			if tc.target != nil && (calls[0].Header.Get("X-Tenant") != "a" || len(rule.Header) != 1) {
 				t.Errorf("rule headers %v (the rule's own: %v)", calls[0].Header, rule.Header)
+			}
+		})
+	}
+}
+
+// A leg whose context is already cancelled (the client reset its HTTP/2
+// stream) or past its deadline is neither picked nor sent: the worker
+// sees nothing and the error is the context's.
+func TestCallSendCancelledSendsNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ctx  func() context.Context
+		kind engine.Kind
+	}{
+		{"cancelled", func() context.Context {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			return ctx
+		}, engine.KindCancelled},
+		{"deadline passed", func() context.Context {
+			ctx, cancel := context.WithDeadline(context.Background(), time.Unix(1, 0))
+			t.Cleanup(cancel)
+			return ctx
+		}, engine.KindDeadline},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := legtest.NewWorker(t, legtest.JSON(200, `{"ok":true}`))
+			run, _ := legtest.Run(t, engine.RouteChat, `{}`, nil)
+			x := legtest.Exec(run, "decode")
+			var res engine.Result
+			resp, target, e := leg.Call{Role: upstream.RoleDecode, Path: "/v1/chat/completions", Body: jsonb.Raw([]byte(`{"a":1}`))}.
+				Send(tc.ctx(), x, legtest.Gateway(t, w.URL), &res)
+			if resp != nil || target != nil || e == nil || e.Kind != tc.kind {
+				t.Fatalf("resp %v target %v err %v, want no reply and a %v error", resp, target, e, tc.kind)
+			}
+			if n := len(w.Calls()); n != 0 {
+				t.Fatalf("%d legs reached the worker, want 0", n)
 			}
 		})
 	}

@@ -65,6 +65,10 @@ type Server struct {
 	MetricsListen      string                // "" = /metrics on the main listener
 	MaxHeaderBytes     int
 	MaxHeaderCount     int
+	MaxConnections     int           // 0: derived from the fd limit (front.DefaultMaxConnections)
+	ResetLimit         int           // early resets per address per ResetWindow; 0: off
+	ResetWindow        time.Duration // the reset policy's sliding window
+	ResetCooldown      time.Duration // how long an address over ResetLimit is refused
 }
 
 // Trust is the `trust:` section (docs/threat-model.md).
@@ -105,6 +109,9 @@ func Defaults() Config {
 			TLS:                tlsfiles.ServerConfig{ReloadInterval: DefaultTLSReloadInterval},
 			MaxHeaderBytes:     60 << 10,
 			MaxHeaderCount:     100,
+			ResetLimit:         500,
+			ResetWindow:        10 * time.Second,
+			ResetCooldown:      30 * time.Second,
 		},
 		Upstream: upstream.Config{
 			Picker:              "round-robin",
@@ -252,6 +259,10 @@ func (c *Config) decode(f *fileDoc) {
 	keep(&s.ShutdownTimeout, sd.ShutdownTimeout)
 	keep(&s.MaxHeaderBytes, sd.MaxHeaderBytes)
 	keep(&s.MaxHeaderCount, sd.MaxHeaderCount)
+	keep(&s.MaxConnections, sd.MaxConnections)
+	keep(&s.ResetLimit, sd.ResetLimit)
+	keep(&s.ResetWindow, sd.ResetWindow)
+	keep(&s.ResetCooldown, sd.ResetCooldown)
 	keep(&s.MetricsListen, sd.MetricsListen)
 	c.Trust = Trust{}
 	keep(&c.Trust.ClientFields, f.Trust.ClientFields)

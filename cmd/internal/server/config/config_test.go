@@ -29,7 +29,8 @@ func TestDefaults(t *testing.T) {
 	want := Server{Listen: ":8080", MaxRequestBodySize: 64, ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 30 * time.Second, WriteTimeout: 120 * time.Second, DrainDelay: 5 * time.Second,
 		ShutdownTimeout: 25 * time.Second, TLS: tlsfiles.ServerConfig{ReloadInterval: 10 * time.Second},
-		MaxHeaderBytes: 60 << 10, MaxHeaderCount: 100}
+		MaxHeaderBytes: 60 << 10, MaxHeaderCount: 100,
+		ResetLimit: 500, ResetWindow: 10 * time.Second, ResetCooldown: 30 * time.Second}
 	if c.Server != want {
 		t.Fatalf("server %+v", c.Server)
 	}
@@ -57,7 +58,8 @@ func TestDefaults(t *testing.T) {
 func TestFullConfig(t *testing.T) {
 	yaml := `
 server: {listen: "127.0.0.1:9000", max_request_body_size: 5.0, read_header_timeout: 1s, read_timeout: 2s,
-         write_timeout: 3s, drain_delay: 4s, shutdown_timeout: 5s, max_header_bytes: 8192, max_header_count: 50}
+         write_timeout: 3s, drain_delay: 4s, shutdown_timeout: 5s, max_header_bytes: 8192, max_header_count: 50,
+         max_connections: 100, reset_limit: 7, reset_window: 6s, reset_cooldown: 8s}
 trust: {client_fields: [kv_transfer_params, media_uuid], owned_headers: [x-tenant-route]}
 upstream:
   mode: direct
@@ -77,7 +79,7 @@ workflow: /abs/wf.yaml
 		t.Fatal(diags)
 	}
 	if c.Server != (Server{"127.0.0.1:9000", 5, time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second, 5 * time.Second,
-		tlsfiles.ServerConfig{ReloadInterval: DefaultTLSReloadInterval}, "", 8192, 50}) {
+		tlsfiles.ServerConfig{ReloadInterval: DefaultTLSReloadInterval}, "", 8192, 50, 100, 7, 6 * time.Second, 8 * time.Second}) {
 		t.Fatalf("server %+v", c.Server)
 	}
 	want := upstream.Config{Mode: "direct", Picker: "least-in-flight",

@@ -33,6 +33,10 @@ type serverDoc struct {
 	ShutdownTimeout    schema.Val[time.Duration] `json:"shutdown_timeout"`
 	MaxHeaderBytes     schema.Val[int]           `json:"max_header_bytes"`
 	MaxHeaderCount     schema.Val[int]           `json:"max_header_count"`
+	MaxConnections     schema.Val[int]           `json:"max_connections"`
+	ResetLimit         schema.Val[int]           `json:"reset_limit"`
+	ResetWindow        schema.Val[time.Duration] `json:"reset_window"`
+	ResetCooldown      schema.Val[time.Duration] `json:"reset_cooldown"`
 	MetricsListen      schema.Val[string]        `json:"metrics_listen"`
 	TLS                serverTLSDoc              `json:"tls"`
 }

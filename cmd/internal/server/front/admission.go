@@ -43,6 +43,14 @@ func (s *Server) Admission() *admission.Controller { return s.adm }
 // returns false. On true the caller must release the class when the
 // request ends.
 func (s *Server) admitInFlight(x *exchange, r *http.Request, route engine.Route, lv *live) bool {
+	if err := r.Context().Err(); err != nil {
+		// The client reset the stream before it was admitted (HTTP/2
+		// rapid reset): no slot, no body, no workflow (resets.go).
+		e := engine.AsError(err)
+		e.Msg = "client disconnected before admission"
+		s.fail(x, e)
+		return false
+	}
 	class := RouteClass(route)
 	if s.adm.TryAcquire(class) {
 		return true

@@ -62,6 +62,7 @@ func (s *Server) finish(x *exchange, r *http.Request) {
 		}
 	}
 	s.logRequest(x, r)
+	s.noteEarlyReset(x, r) // resets.go
 	if s.opts.Observe != nil && !x.probe {
 		ob := Observation{Route: x.route, Status: x.sentStatus(), Duration: time.Since(x.start),
 			Report: x.report, Run: x.run, Partial: x.abort}
@@ -142,6 +143,11 @@ func (s *Server) inference(route engine.Route) http.Handler {
 		// handler returned: a node that survives the end of the run (the
 		// concurrent SGLang prefill, docs/protocol.md, kv-sglang) must not be cancelled when
 		// decode's reply completes first.
+		if err := ctx.Err(); err != nil {
+			// The client reset the stream already: no workflow, no leg (resets.go).
+			s.fail(x, engine.AsError(err))
+			return
+		}
 		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		stop := context.AfterFunc(ctx, cancel)
 		// Once the handler has finished, the watch is dropped: survivors run

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/celflow/celflow/cmd/internal/server/admission"
 )
 
 // tlsListener is ln itself for plain HTTP; with Options.TLS it hands out
@@ -88,4 +90,34 @@ func (s *Server) serveMetricsHTTP(w http.ResponseWriter, r *http.Request, h http
 	w.Header().Set("X-Request-Id", x.id)
 	defer s.finish(x, r)
 	h.ServeHTTP(x, r)
+}
+
+// defaultMaxStreams is net/http's default of concurrent HTTP/2 streams per
+// connection; minStreams the least celflow sets, so that probes, /metrics
+// and the async routes (not admitted) still fit beside admitted requests.
+const (
+	defaultMaxStreams = 250
+	minStreams        = 8
+)
+
+// maxConcurrentStreams bounds the streams of one HTTP/2 connection to what
+// admission can hold (its in-flight bound plus its queue), between
+// minStreams and net/http's default. Streams above it wait in the client
+// (a peer must respect SETTINGS_MAX_CONCURRENT_STREAMS; net/http refuses
+// the excess streams of one that does not), so a single connection cannot
+// start more handlers than admission would ever take. The bound is read
+// once, when the server starts: HTTP/2 settings belong to the http.Server,
+// and a reload that changes admission keeps them.
+func maxConcurrentStreams(l admission.Limits) int {
+	hold := l.MaxInFlight
+	if hold <= 0 {
+		// Per-route bounds only: their sum, unless a route is unbounded.
+		for i := 1; i < AdmissionClasses; i++ {
+			if i >= len(l.Class) || l.Class[i] <= 0 {
+				return defaultMaxStreams
+			}
+			hold += l.Class[i]
+		}
+	}
+	return max(minStreams, min(defaultMaxStreams, hold+l.MaxQueue))
 }

@@ -83,7 +83,8 @@ const summaryFields = 11
 // duration, workflow and each node's status:duration. Probes log at debug
 // level, client disconnects and client errors at info, upstream and
 // timeout failures at warn, internal errors at error; a reply ended
-// abnormally (partial) at warn or above. Nothing is built when
+// abnormally (partial) at warn or above; a refusal (429, 503 shutting_down)
+// at debug, counted in refusallog.go's aggregate line. Nothing is built when
 // the level is disabled; otherwise the fields are one map, handed to logrus
 // without WithField/WithFields copies (logrus still clones it once to log).
 func (s *Server) logRequest(x *exchange, r *http.Request) {
@@ -100,6 +101,12 @@ func (s *Server) logRequest(x *exchange, r *http.Request) {
 	if x.abort && x.err != nil && x.err.Kind != engine.KindCancelled && level > logrus.WarnLevel {
 		// an abnormal end is at least a warning (logrus levels grow less severe)
 		level = logrus.WarnLevel
+	}
+	if kind := refusalKindOf(x); kind != "" {
+		// Refusals come in floods: logged in aggregate (refusallog.go),
+		// each one's own line at debug level only.
+		s.refusals.add(kind)
+		level = logrus.DebugLevel
 	}
 	if !s.log.IsLevelEnabled(level) {
 		return

@@ -102,6 +102,18 @@ type Options struct {
 	// admission queue (the async dispatcher's): they are admitted only
 	// into spare capacity, else refused at once with 429 overloaded.
 	Background func(*http.Request) bool
+	// MaxConnections caps the open client connections; above it a new
+	// connection is closed at accept (connguard.go). 0: no cap (the config
+	// derives one from the fd limit: DefaultMaxConnections).
+	MaxConnections int
+	// Resets is the early-reset policy (resets.go); the zero value is off.
+	Resets ResetPolicy
+	// Conns, when set, receives connection-level events (metrics).
+	Conns ConnObserver
+
+	// refusalEvery is the refusal log's interval; 0: refusalInterval
+	// (tests shorten it).
+	refusalEvery time.Duration
 }
 
 // Route is one extra handler (Options.Routes).

@@ -42,6 +42,9 @@ type Server struct {
 	limits Limits // header limits (limits.go), fixed for the server's life
 
 	models atomic.Pointer[modelCache] // GET /v1/models (models.go)
+
+	resets   *resetTable // early resets per client address; nil: no policy
+	refusals *refusalLog // refusal log lines, aggregated (refusallog.go)
 }
 
 // New builds a server; it does not listen yet.
@@ -56,6 +59,8 @@ func New(opts Options) *Server {
 	if s.log == nil {
 		s.log = logrus.StandardLogger()
 	}
+	s.resets = newResetTable(opts.Resets, resetTableSize)
+	s.refusals = newRefusalLog(s.log, opts.refusalEvery)
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.router = s.routes()
 	return s
@@ -111,21 +116,28 @@ func (s *Server) Run(ctx context.Context) int {
 			return 1
 		}
 	}
-	// net/http's own complaints (bad TLS, superfluous WriteHeader) go to
-	// the log at warn level.
+	// net/http's own complaints (superfluous WriteHeader) go to the log at
+	// warn level; failed TLS handshakes and accept errors in aggregate
+	// (refusallog.go).
 	errLog := s.log.WriterLevel(logrus.WarnLevel)
 	defer errLog.Close()
+	defer s.refusals.close()
+	srvLog := &errorLogWriter{out: errLog, agg: s.refusals, obs: s.opts.Conns}
 	srv := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
 		ReadTimeout:       s.opts.ReadTimeout,
 		BaseContext:       func(net.Listener) context.Context { return s.base },
-		ErrorLog:          log.New(errLog, "", 0),
+		ErrorLog:          log.New(srvLog, "", 0),
 		MaxHeaderBytes:    s.limits.hardHeaderBytes(),
-		ConnContext:       connContext,
+		ConnContext:       serverConnContext,
 		TLSConfig:         s.opts.TLS, // nil: plain HTTP (listeners.go)
+		// Streams per HTTP/2 connection: no more than admission can hold
+		// (listeners.go), so one connection cannot queue more handlers
+		// than the server would ever admit.
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: maxConcurrentStreams(s.opts.Admission.Limits)},
 	}
-	stopMetrics, err := s.serveMetrics(errLog)
+	stopMetrics, err := s.serveMetrics(srvLog)
 	if err != nil {
 		_ = ln.Close()
 		s.log.WithError(err).Error("cannot listen for metrics")
@@ -135,7 +147,10 @@ func (s *Server) Run(ctx context.Context) int {
 	served := make(chan error, 1)
 	// Plain connections are watched for ambiguous framing (framing.go);
 	// TLS connections reach net/http as *tls.Conn (HTTP/2 by ALPN).
-	framed := framedListener{Listener: tlsListener(ln, srv), maxLine: srv.MaxHeaderBytes + 4096, log: s.log}
+	// The guard (connection cap, refused addresses) sits below TLS: a
+	// refused connection costs no handshake (connguard.go).
+	guard := &guardListener{Listener: ln, max: int64(s.opts.MaxConnections), resets: s.resets, obs: s.opts.Conns, agg: s.refusals}
+	framed := framedListener{Listener: tlsListener(guard, srv), maxLine: srv.MaxHeaderBytes + 4096, log: s.log}
 	go func() { served <- srv.Serve(framed) }()
 	s.ready.Store(true)
 	s.log.WithFields(logrus.Fields{"listen": ln.Addr().String(), "tls": s.opts.TLS != nil}).Info("celflow is serving")

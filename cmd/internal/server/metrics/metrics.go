@@ -53,6 +53,7 @@ type Metrics struct {
 	buildInfo    *prometheus.GaugeVec   // version, goversion
 	failures     *failureMetrics        // retries, ejections, healthy endpoints (failures.go)
 	adm          *admissionMetrics      // admission.go
+	conns        *connMetrics           // conn.go
 }
 
 // New builds the registry with celflow's series, the Go runtime and the
@@ -97,6 +98,7 @@ func New() *Metrics {
 		"version", "goversion")
 	m.failures = newFailureMetrics(f)
 	m.adm = newAdmissionMetrics(f)
+	m.conns = newConnMetrics(f)
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
