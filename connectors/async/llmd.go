@@ -42,8 +42,9 @@ type LLMDConfig struct {
 // LLMD writes requests in llm-d-async's format, so an unmodified
 // llm-d-async processor drains them, and serves the results it pushes.
 type LLMD struct {
-	rdb redis.UniversalClient
-	cfg LLMDConfig
+	rdb     redis.UniversalClient
+	cfg     LLMDConfig
+	waiters *Waiters // one keyspace subscription for every waiter of this replica
 }
 
 // NewLLMD wraps a client.
@@ -70,7 +71,30 @@ func NewLLMD(rdb redis.UniversalClient, cfg LLMDConfig) *LLMD {
 			return hex.EncodeToString(b[:])
 		}
 	}
-	return &LLMD{rdb: rdb, cfg: cfg}
+	// Every mailbox's keyspace channel, fanned out to the waiters by the
+	// (tenant, id) the mailbox belongs to: whatever the number of waiters,
+	// one pub/sub connection.
+	prefix := "__keyspace@" + strconv.Itoa(cfg.DB) + "__:" + mailboxPrefix
+	w := NewWaiters(rdb, WaitersConfig{Patterns: []string{prefix + "*"},
+		Key: func(ch, _ string) string { return mailboxMember(strings.TrimPrefix(ch, prefix)) }})
+	return &LLMD{rdb: rdb, cfg: cfg, waiters: w}
+}
+
+// mailboxMember is the "<tenant>:<id>" a mailbox name (after its prefix)
+// belongs to: "<tenant>:<id>:<token>", or "<tenant>:<id>" before
+// generations; "" for anything else.
+func mailboxMember(rest string) string {
+	i := strings.IndexByte(rest, ':')
+	if i <= 0 {
+		return ""
+	}
+	if j := strings.IndexByte(rest[i+1:], ':'); j >= 0 {
+		rest = rest[:i+1+j]
+	}
+	if len(rest) == i+1 {
+		return ""
+	}
+	return rest
 }
 
 // The AP's keys per request: its active marker and cancel key are named by
@@ -376,26 +400,20 @@ func (l *LLMD) Cancel(ctx context.Context, tenant, id string, keep bool) error {
 	return l.rdb.Del(ctx, genKey, mailboxKey(member, g.token), mailboxKey(member, "")).Err()
 }
 
-// Watch implements Backend with a keyspace-notification subscription on the
-// mailbox (needs notify-keyspace-events with K and l, or A); without them
-// callers' polling fallback answers.
+// Watch implements Backend: a waiter on the replica's one keyspace
+// subscription, woken by any change to the request's mailboxes (needs
+// notify-keyspace-events with K and l, or A; without them callers' polling
+// fallback answers).
 func (l *LLMD) Watch(tenant, id string) (<-chan struct{}, func()) {
-	ch := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	ps := l.rdb.PSubscribe(ctx, "__keyspace@"+strconv.Itoa(l.cfg.DB)+"__:"+mailboxKey(tenant+":"+id, "")+"*")
-	go func() {
-		defer ps.Close()
-		select {
-		case <-ps.Channel():
-			close(ch)
-		case <-ctx.Done():
-		}
-	}()
-	return ch, cancel
+	return l.waiters.Watch(tenant + ":" + id)
 }
 
-// Close implements Backend (the client is the caller's).
-func (l *LLMD) Close() error { return nil }
+// Close implements Backend: ends the keyspace subscription (the client is
+// the caller's).
+func (l *LLMD) Close() error {
+	l.waiters.Close()
+	return nil
+}
 
 var _ Backend = (*LLMD)(nil)
 
