@@ -185,9 +185,9 @@ type ResultRecord struct {
 }
 
 // BuildEnvelope is the message for j with token (exported for the golden
-// test and for processors written in Go).
-// The client's request id rides in the headers as x-request-id, as the
-// builtin dispatcher sends it, so worker logs carry it.
+// test and for processors written in Go). The client's request id rides in
+// the headers as x-request-id, as the builtin dispatcher sends it, so
+// worker logs carry it.
 func (l *LLMD) BuildEnvelope(j *Job, token string) ([]byte, error) {
 	member := j.Tenant + ":" + j.ID
 	box := mailboxKey(member, token)
@@ -312,7 +312,7 @@ func (l *LLMD) Fetch(ctx context.Context, tenant, id string) (Record, error) {
 		return Record{State: StateQueued, Deadline: g.deadline}, nil
 	}
 	l.shorten(ctx, genKey)
-	return Record{State: StateDone, Result: Result{Code: CodeDeadline, Message: "the deadline passed before the request ran"}}, nil
+	return Record{State: StateDone, Result: Result{Code: CodeDeadline, Message: "the request's deadline passed without a result"}}, nil
 }
 
 // shorten cuts key's remaining life to the grace (the first fetch).
@@ -397,7 +397,13 @@ func (l *LLMD) Cancel(ctx context.Context, tenant, id string, keep bool) error {
 		rec, _ := json.Marshal(ResultRecord{ID: member, ErrorCode: CodeCancelled, ErrorMessage: "cancelled: the waiting client left"})
 		return cancelledLLMD.Run(ctx, l.rdb, []string{mailboxKey(member, g.token)}, rec, l.cfg.ResultTTL.Milliseconds()).Err()
 	}
-	return l.rdb.Del(ctx, genKey, mailboxKey(member, g.token), mailboxKey(member, "")).Err()
+	if err := l.rdb.Del(ctx, genKey, mailboxKey(member, g.token), mailboxKey(member, "")).Err(); err != nil {
+		return err
+	}
+	// This replica's waiters re-read now (a DEL is no list event); others'
+	// at their next poll.
+	l.waiters.Wake(member)
+	return nil
 }
 
 // Watch implements Backend: a waiter on the replica's one keyspace

@@ -83,3 +83,24 @@ func TestMailboxMember(t *testing.T) {
 		}
 	}
 }
+
+// A DELETE wakes this replica's waiters of the request at once (a DEL is
+// no list event), so a long-poll answers 410 without waiting for its poll.
+func TestLLMDDeleteWakesWaiters(t *testing.T) {
+	ctx := context.Background()
+	l, _ := newLLMD(t, LLMDConfig{})
+	defer l.Close()
+	if _, err := l.Submit(ctx, job("dw", `{}`)); err != nil {
+		t.Fatal(err)
+	}
+	ch, stop := l.Watch("t1", "dw")
+	defer stop()
+	if err := l.Cancel(ctx, "t1", "dw", false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	default:
+		t.Fatal("the waiter was not woken by the DELETE")
+	}
+}
