@@ -46,7 +46,11 @@ func newAsync(a config.Async, reg prometheus.Registerer, log *logrus.Logger) (*a
 	switch a.Backend {
 	case "llm-d-async":
 		// An llm-d-async processor drains the queues; no dispatcher here.
-		backend = async.NewLLMD(rdb, async.LLMDConfig{Grace: a.FetchGrace, DB: opt.DB})
+		backend = async.NewLLMD(rdb, async.LLMDConfig{Grace: a.FetchGrace, ResultTTL: a.ResultTTL, DB: opt.DB,
+			Scrubbed: func(member, original string) {
+				// The client got the text without URLs and addresses.
+				log.WithField("request", member).WithField("error_message", original).Warn("async: the processor's error message was relayed scrubbed")
+			}})
 	default:
 		b = async.NewBuiltin(rdb, async.BuiltinConfig{Prefix: a.KeyPrefix, Queues: a.Queues, Lanes: a.Tiers,
 			ResultTTL: a.ResultTTL, Grace: a.FetchGrace, MaxDeliveries: a.MaxDeliveries, Lease: a.Lease,

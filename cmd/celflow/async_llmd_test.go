@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,6 +51,7 @@ workflow:
 	addr, _ := startServe(t, cfg, nil)
 
 	// The processor.
+	var ids sync.Map // x-request-id header values the processor dispatched
 	procCtx, stopProc := context.WithCancel(context.Background())
 	defer stopProc()
 	go func() {
@@ -64,6 +66,7 @@ workflow:
 				continue
 			}
 			member := env.Data.ID
+			ids.Store(env.Data.Headers["x-request-id"], true)
 			rec := async.ResultRecord{ID: member, RequestToken: env.Internal.RequestToken}
 			if rdb.Get(procCtx, "request-cancel:"+member).Val() == env.Internal.RequestToken {
 				rec.ErrorCode, rec.ErrorMessage = async.CodeCancelled, "cancelled"
@@ -123,7 +126,20 @@ workflow:
 	if tok := rdb.Get(context.Background(), "request-cancel:default:llmd-3").Val(); tok == "" {
 		t.Fatal("no cancel key after DELETE")
 	}
-	if st, b := do("GET", "/metrics", ""); st != 200 || !strings.Contains(b, `celflow_async_submits_total{outcome="created"} 3`) {
+	// DELETE is final: 410 from then on, not pending.
+	if st, b := do("GET", "/v1/requests/llmd-3", ""); st != 410 {
+		t.Fatalf("GET after DELETE %d %s", st, b)
+	}
+	if _, ok := ids.Load("llmd-1"); !ok {
+		t.Error("the client's request id was not in the dispatched envelope's headers")
+	}
+	// A deadline that passes in the queue (no processor runs) reads 504,
+	// not 410: the long-poll returns it once the deadline has passed.
+	do("POST", "/v1/chat/completions", chat, "x-llm-d-async-mode", "enqueue", "x-request-id", "llmd-4", "X-Request-Timeout-Seconds", "1")
+	if st, b := do("GET", "/v1/requests/llmd-4?wait=30", ""); st != 504 || !strings.Contains(b, "DEADLINE_EXCEEDED") {
+		t.Fatalf("deadline passed in the queue: %d %s", st, b)
+	}
+	if st, b := do("GET", "/metrics", ""); st != 200 || !strings.Contains(b, `celflow_async_submits_total{outcome="created"} 4`) {
 		t.Errorf("metrics %d:\n%.2000s", st, b)
 	}
 }

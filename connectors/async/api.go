@@ -134,9 +134,11 @@ func validName(s string) bool {
 	return true
 }
 
-// QuotaCounter counts a tenant's requests in a fixed window, in the quota
-// counter key shared with llm-d-async's quota gate (<prefix><attribute>:
-// <tenant>): the count after this request.
+// QuotaCounter admits a tenant's requests against a per-window limit in
+// the quota key shared with llm-d-async's quota gate (<prefix><attribute>:
+// <tenant>), with that gate's sliding-window semantics (quota.go): true
+// (reserved, and counted) while fewer than limit were admitted in the last
+// window; false (overflow, not counted).
 type QuotaCounter interface {
-	CountQuota(ctx context.Context, key string, window time.Duration) (int64, error)
+	TakeQuota(ctx context.Context, key string, limit int64, window time.Duration) (bool, error)
 }

@@ -111,7 +111,7 @@ func TestLLMDSubmitFetchCancel(t *testing.T) {
 	if r.State != StateDone || r.Result.Status != 200 || string(r.Result.Body) != `{"ok":true}` {
 		t.Fatalf("result %+v", r)
 	}
-	if ttl := rdb.PTTL(ctx, "results:req:t:a1").Val(); ttl > 200*time.Millisecond {
+	if ttl := rdb.PTTL(ctx, env.Internal.ResultQueueName).Val(); ttl > 200*time.Millisecond {
 		t.Fatalf("ttl %v after the first fetch", ttl)
 	}
 	// Cancel of a live one: the cancel key carries the marker's token.
@@ -129,11 +129,22 @@ func TestLLMDSubmitFetchCancel(t *testing.T) {
 	if ttl := rdb.TTL(ctx, "request-cancel:t:a2").Val(); ttl < 604000*time.Second {
 		t.Fatalf("cancel ttl %v", ttl)
 	}
-	// A deadline result record (status 0).
-	rec, _ = json.Marshal(ResultRecord{ID: "t:a2", StatusCode: 0, ErrorCode: CodeDeadline, ErrorMessage: "deadline exceeded"})
-	rdb.LPush(ctx, "results:req:t:a2", rec)
-	rdb.Del(ctx, "request-active:t:a2")
-	if r, _ := l.Fetch(ctx, "t", "a2"); r.Result.Code != CodeDeadline || r.Result.Status != 0 {
+	// DELETE is final: a record the AP pushes afterwards is not read.
+	rec, _ = json.Marshal(ResultRecord{ID: "t:a2", StatusCode: 200, Payload: `{}`})
+	rdb.LPush(ctx, "results:req:t:a2:"+rdb.Get(ctx, "request-active:t:a2").Val(), rec)
+	if r, _ := l.Fetch(ctx, "t", "a2"); r.State != StateUnknown {
+		t.Fatalf("deleted a2 %+v", r)
+	}
+	// A deadline result record (status 0), in a3's generation's mailbox.
+	j3 := *j
+	j3.ID, j3.BodyHash = "a3", ""
+	if _, err := l.Submit(ctx, &j3); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ = json.Marshal(ResultRecord{ID: "t:a3", StatusCode: 0, ErrorCode: CodeDeadline, ErrorMessage: "deadline exceeded"})
+	rdb.LPush(ctx, "results:req:t:a3:"+rdb.Get(ctx, "request-active:t:a3").Val(), rec)
+	rdb.Del(ctx, "request-active:t:a3")
+	if r, _ := l.Fetch(ctx, "t", "a3"); r.Result.Code != CodeDeadline || r.Result.Status != 0 {
 		t.Fatalf("deadline record %+v", r)
 	}
 	if r, _ := l.Fetch(ctx, "t", "never"+strconv.Itoa(1)); r.State != StateUnknown {

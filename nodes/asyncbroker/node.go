@@ -122,8 +122,9 @@ const (
 	modeWait
 )
 
-// overflow classifies the tenant against its quota: over its limit in the
-// window is overflow. No quota, no limit for the tenant, no Redis counter,
+// overflow classifies the tenant against its quota: limit requests
+// admitted in the sliding window already is overflow (and, as in
+// llm-d-async's gate, an overflow request is not counted). No quota, no limit for the tenant, no Redis counter,
 // or a Redis error (fail open) is reserved.
 func (n *Node) overflow(ctx context.Context, tenant string) bool {
 	q := n.cfg.quota
@@ -140,8 +141,8 @@ func (n *Node) overflow(ctx context.Context, tenant string) bool {
 	if !ok {
 		return false
 	}
-	cnt, err := qc.CountQuota(ctx, q.Prefix+q.Attribute+":"+tenant, time.Duration(q.WindowSeconds)*time.Second)
-	return err == nil && cnt > limit
+	reserved, err := qc.TakeQuota(ctx, q.Prefix+q.Attribute+":"+tenant, limit, time.Duration(q.WindowSeconds)*time.Second)
+	return err == nil && !reserved
 }
 
 func fail(e *engine.Error) engine.Result { return engine.Result{Err: e} }

@@ -50,14 +50,15 @@ func TestModeTable(t *testing.T) {
 		t.Errorf("passthrough leg headers: objective %q fairness %q", h.Get("X-Llm-D-Inference-Objective"), h.Get("X-Llm-D-Inference-Fairness-Id"))
 	}
 	// Quota classes: team-q may send 1 per window as reserved, then overflow
-	// (the counter key is llm-d's quota:<attribute>:<tenant>).
+	// (the key is llm-d-async's quota:<attribute>:<tenant>, a sorted set with
+	// one member per admitted request: the overflow is not counted).
 	for i, want := range []string{"obj-async", "obj-async-sheddable"} {
 		s.do("POST", "/v1/chat/completions", chatBody, "x-llm-d-async-mode", "passthrough", "x-llm-d-tenant", "team-q")
 		if got := s.w.lastLeg().Get("X-Llm-D-Inference-Objective"); got != want {
 			t.Errorf("quota request %d: objective %q, want %q", i+1, got, want)
 		}
 	}
-	if n := s.rdb.Get(context.Background(), "quota:userid:team-q").Val(); n != "2" {
-		t.Errorf("quota counter %q", n)
+	if typ, n := s.rdb.Type(context.Background(), "quota:userid:team-q").Val(), s.rdb.ZCard(context.Background(), "quota:userid:team-q").Val(); typ != "zset" || n != 1 {
+		t.Errorf("quota key: %s of %d, want a zset of 1", typ, n)
 	}
 }
