@@ -159,6 +159,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		Background:        dispatchedRequest,
 		Extra:             lv.Extra,
 	}
+	opts.StreamWriteTimeout = lv.StreamWriteTimeout // issue 17 (kept apart from the aligned literal)
 	tlsSt.options(&opts)
 	srv := front.New(opts)
 	srv.SetModels(g.models())

@@ -65,6 +65,9 @@ type Server struct {
 	MetricsListen      string                // "" = /metrics on the main listener
 	MaxHeaderBytes     int
 	MaxHeaderCount     int
+	// StreamWriteTimeout bounds one write of a streamed reply to the client
+	// (server.stream_write_timeout); always above 0.
+	StreamWriteTimeout time.Duration
 }
 
 // Trust is the `trust:` section (docs/threat-model.md).
@@ -105,6 +108,7 @@ func Defaults() Config {
 			TLS:                tlsfiles.ServerConfig{ReloadInterval: DefaultTLSReloadInterval},
 			MaxHeaderBytes:     60 << 10,
 			MaxHeaderCount:     100,
+			StreamWriteTimeout: 30 * time.Second,
 		},
 		Upstream: upstream.Config{
 			Picker:              "round-robin",
@@ -233,6 +237,13 @@ func (c *Config) check(f *fileDoc) schema.Diagnostics {
 		ds = append(ds, c.doc.Diag(n.Ptr, schema.Error,
 			fmt.Sprintf("%d MiB overflows int64 bytes (at most %d)", n.V, int64(maxBodyMiB))).R(schema.RuleRange))
 	}
+	if w := f.Server.StreamWriteTimeout; w.Set && w.V == 0 {
+		// There is no "off": a client that stops reading must not hold its
+		// stream and its admission slot forever. (The schema refuses a
+		// negative duration.)
+		ds = append(ds, c.doc.Diag(w.Ptr, schema.Error,
+			"must be above 0s: a stream whose client stops reading must end (default 30s)").R(schema.RuleRange))
+	}
 	return ds
 }
 
@@ -253,6 +264,7 @@ func (c *Config) decode(f *fileDoc) {
 	keep(&s.MaxHeaderBytes, sd.MaxHeaderBytes)
 	keep(&s.MaxHeaderCount, sd.MaxHeaderCount)
 	keep(&s.MetricsListen, sd.MetricsListen)
+	keep(&s.StreamWriteTimeout, sd.StreamWriteTimeout)
 	c.Trust = Trust{}
 	keep(&c.Trust.ClientFields, f.Trust.ClientFields)
 	keep(&c.Trust.OwnedHeaders, f.Trust.OwnedHeaders)

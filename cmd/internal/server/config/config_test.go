@@ -29,7 +29,7 @@ func TestDefaults(t *testing.T) {
 	want := Server{Listen: ":8080", MaxRequestBodySize: 64, ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: 30 * time.Second, WriteTimeout: 120 * time.Second, DrainDelay: 5 * time.Second,
 		ShutdownTimeout: 25 * time.Second, TLS: tlsfiles.ServerConfig{ReloadInterval: 10 * time.Second},
-		MaxHeaderBytes: 60 << 10, MaxHeaderCount: 100}
+		MaxHeaderBytes: 60 << 10, MaxHeaderCount: 100, StreamWriteTimeout: 30 * time.Second}
 	if c.Server != want {
 		t.Fatalf("server %+v", c.Server)
 	}
@@ -57,7 +57,8 @@ func TestDefaults(t *testing.T) {
 func TestFullConfig(t *testing.T) {
 	yaml := `
 server: {listen: "127.0.0.1:9000", max_request_body_size: 5.0, read_header_timeout: 1s, read_timeout: 2s,
-         write_timeout: 3s, drain_delay: 4s, shutdown_timeout: 5s, max_header_bytes: 8192, max_header_count: 50}
+         write_timeout: 3s, drain_delay: 4s, shutdown_timeout: 5s, max_header_bytes: 8192, max_header_count: 50,
+         stream_write_timeout: 6s}
 trust: {client_fields: [kv_transfer_params, media_uuid], owned_headers: [x-tenant-route]}
 upstream:
   mode: direct
@@ -77,7 +78,7 @@ workflow: /abs/wf.yaml
 		t.Fatal(diags)
 	}
 	if c.Server != (Server{"127.0.0.1:9000", 5, time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second, 5 * time.Second,
-		tlsfiles.ServerConfig{ReloadInterval: DefaultTLSReloadInterval}, "", 8192, 50}) {
+		tlsfiles.ServerConfig{ReloadInterval: DefaultTLSReloadInterval}, "", 8192, 50, 6 * time.Second}) {
 		t.Fatalf("server %+v", c.Server)
 	}
 	want := upstream.Config{Mode: "direct", Picker: "least-in-flight",
@@ -128,6 +129,10 @@ func TestInvalid(t *testing.T) {
 				`/etc/celflow/serve.yaml:4:17: server.read_timeout: expected string, got 30`,
 				`/etc/celflow/serve.yaml:5:16: server.drain_delay: invalid duration "abc"`,
 			}},
+		{"stream write timeout 0", "server: {stream_write_timeout: 0s}\nworkflow: w\n",
+			[]string{`1:32: server.stream_write_timeout: must be above 0s: a stream whose client stops reading must end (default 30s)`}},
+		{"stream write timeout negative", "server: {stream_write_timeout: -1s}\nworkflow: w\n",
+			[]string{`server.stream_write_timeout: invalid duration "-1s"`}},
 		{"body size 0", "server: {max_request_body_size: 0}\nworkflow: w\n", []string{`1:33: server.max_request_body_size: must be >= 1, got 0`}},
 		{"body size -1", "server: {max_request_body_size: -1}\nworkflow: w\n", []string{`server.max_request_body_size: must be >= 1, got -1`}},
 		{"body size 4.5", "server: {max_request_body_size: 4.5}\nworkflow: w\n", []string{`server.max_request_body_size: expected integer`}},

@@ -34,6 +34,7 @@ type serverDoc struct {
 	MaxHeaderBytes     schema.Val[int]           `json:"max_header_bytes"`
 	MaxHeaderCount     schema.Val[int]           `json:"max_header_count"`
 	MetricsListen      schema.Val[string]        `json:"metrics_listen"`
+	StreamWriteTimeout schema.Val[time.Duration] `json:"stream_write_timeout"`
 	TLS                serverTLSDoc              `json:"tls"`
 }
 

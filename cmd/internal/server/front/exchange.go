@@ -1,7 +1,9 @@
 package front
 
 import (
+	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/celflow/celflow/cmd/internal/server/admission"
@@ -37,6 +39,21 @@ type exchange struct {
 	// the run's end happens before the handler's deferred release.
 	slot     *admission.Controller
 	slotHeld bool
+
+	// The stream write deadline (server.stream_write_timeout): streamWT is
+	// the live value at arrival; streaming is set when a 2xx streamed reply
+	// starts; armed while a write or flush is in progress, until deadline.
+	// stalled records a write that failed at its deadline: the client
+	// stopped reading. cancelRun ends the run's context (the legs) with a
+	// cause. Touched only by the goroutine that writes the reply, whose end
+	// happens before the handler reads them.
+	streamWT  time.Duration
+	streaming bool
+	armed     bool
+	deadline  time.Time
+	stalled   bool
+	rc        *http.ResponseController
+	cancelRun context.CancelCauseFunc
 }
 
 // ReleaseSlot gives the request's admission slot back (engine.SlotHolder).
@@ -57,6 +74,12 @@ func (x *exchange) WriteHeader(code int) {
 	if !x.wroteHeader && code >= 200 {
 		x.status = code
 		x.wroteHeader = true
+		// A streamed reply is exempt from write_timeout (the relay clears
+		// the deadline) but not from the per-write deadline: the same rule
+		// as the relay's (upstream.RelayOptions.Stream), 2xx only, so that
+		// error replies keep write_timeout.
+		x.streaming = x.streamWT > 0 && code < 300 &&
+			(x.run != nil && x.run.Req.Stream || isEventStream(x.Header().Get("Content-Type")))
 	}
 	x.ResponseWriter.WriteHeader(code)
 }
@@ -68,19 +91,88 @@ func (x *exchange) Write(b []byte) (int, error) {
 	if x.firstByte.IsZero() && len(b) > 0 {
 		x.firstByte = time.Now()
 	}
+	x.arm()
 	n, err := x.ResponseWriter.Write(b)
 	x.bytes += int64(n)
+	if err != nil {
+		x.writeFailed()
+	}
 	return n, err
 }
 
 // Flush sends buffered bytes now (each SSE chunk).
-func (x *exchange) Flush() {
+func (x *exchange) Flush() { _ = x.FlushError() }
+
+// FlushError is Flush with the connection's error: http.ResponseController
+// prefers it, so that a relay learns that a flush failed (a client gone, or
+// a stream write deadline) instead of writing on.
+func (x *exchange) FlushError() error {
 	if !x.wroteHeader {
 		x.WriteHeader(http.StatusOK)
 	}
-	if f, ok := x.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
+	x.arm()
+	err := x.controller().Flush()
+	if err != nil {
+		x.writeFailed()
+		return err
 	}
+	x.disarm()
+	return nil
+}
+
+func (x *exchange) controller() *http.ResponseController {
+	if x.rc == nil {
+		x.rc = http.NewResponseController(x.ResponseWriter)
+	}
+	return x.rc
+}
+
+// arm sets the write deadline of a streamed reply's write or flush: now +
+// stream_write_timeout. It stays armed across the writes of one chunk and
+// is cleared by the flush that ends it (disarm): between chunks the stream
+// waits for its upstream, which stream_idle_timeout bounds, not this (over
+// HTTP/2 an armed deadline resets the stream even when nothing is written).
+func (x *exchange) arm() {
+	if !x.streaming || x.armed {
+		return
+	}
+	x.deadline = time.Now().Add(x.streamWT)
+	if x.controller().SetWriteDeadline(x.deadline) == nil {
+		x.armed = true
+	}
+}
+
+func (x *exchange) disarm() {
+	if x.armed {
+		x.armed = false
+		_ = x.controller().SetWriteDeadline(time.Time{})
+	}
+}
+
+// writeFailed records a write or flush that failed at its deadline (the
+// client stopped reading: no progress for stream_write_timeout) and ends the
+// run, so that its legs are cancelled (decode's worker connection closed)
+// and the failure is the client's, not the worker's. A failure before the
+// deadline is a disconnect, which the request context already reports.
+func (x *exchange) writeFailed() {
+	if !x.armed || time.Now().Before(x.deadline) {
+		return
+	}
+	x.stalled = true
+	if x.cancelRun != nil {
+		x.cancelRun(errStalledWrite)
+	}
+}
+
+// isEventStream reports a text/event-stream media type, parameters allowed.
+func isEventStream(ct string) bool {
+	const sse = "text/event-stream"
+	ct = strings.TrimLeft(ct, " \t")
+	if len(ct) < len(sse) || !strings.EqualFold(ct[:len(sse)], sse) {
+		return false
+	}
+	rest := strings.TrimLeft(ct[len(sse):], " \t")
+	return rest == "" || rest[0] == ';'
 }
 
 // Unwrap lets http.ResponseController find the connection's writer.
