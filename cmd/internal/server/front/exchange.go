@@ -42,12 +42,14 @@ type exchange struct {
 
 	// The stream write deadline (server.stream_write_timeout): streamWT is
 	// the live value at arrival; streaming is set when a 2xx streamed reply
-	// starts; armed while a write or flush is in progress, until deadline.
+	// starts; armed (until deadline) while a write or flush is in progress,
+	// and over HTTP/1.x between them too (see arm).
 	// stalled records a write that failed at its deadline: the client
 	// stopped reading. cancelRun ends the run's context (the legs) with a
 	// cause. Touched only by the goroutine that writes the reply, whose end
 	// happens before the handler reads them.
 	streamWT  time.Duration
+	h1        bool // HTTP/1.x: a deadline only bounds writes in progress
 	streaming bool
 	armed     bool
 	deadline  time.Time
@@ -116,7 +118,9 @@ func (x *exchange) FlushError() error {
 		x.writeFailed()
 		return err
 	}
-	x.disarm()
+	if !x.h1 {
+		x.disarm()
+	}
 	return nil
 }
 
@@ -128,17 +132,44 @@ func (x *exchange) controller() *http.ResponseController {
 }
 
 // arm sets the write deadline of a streamed reply's write or flush: now +
-// stream_write_timeout. It stays armed across the writes of one chunk and
-// is cleared by the flush that ends it (disarm): between chunks the stream
-// waits for its upstream, which stream_idle_timeout bounds, not this (over
-// HTTP/2 an armed deadline resets the stream even when nothing is written).
+// stream_write_timeout, so a write that makes no progress that long fails.
+//
+// Over HTTP/2 an armed deadline resets the stream when it expires, written
+// to or not, so it is set before a chunk's first write and cleared by the
+// flush that ends it: between chunks the stream waits for its upstream,
+// which stream_idle_timeout bounds, not this.
+//
+// Over HTTP/1.x a deadline only fails I/O in progress or started after it,
+// so it may stay set between chunks; it is moved forward only when less
+// than 15/16 of the timeout is left. A blocked write thus fails after
+// between 15/16 of stream_write_timeout and all of it, and a stream of
+// small events costs one deadline update every timeout/16 instead of two
+// per event. finishStream bounds net/http's writes after the handler.
 func (x *exchange) arm() {
-	if !x.streaming || x.armed {
+	if !x.streaming {
 		return
 	}
-	x.deadline = time.Now().Add(x.streamWT)
+	if x.armed && !x.h1 {
+		return
+	}
+	now := time.Now()
+	if x.armed && x.deadline.Sub(now) >= x.streamWT-x.streamWT/16 {
+		return
+	}
+	x.deadline = now.Add(x.streamWT)
 	if x.controller().SetWriteDeadline(x.deadline) == nil {
 		x.armed = true
+	}
+}
+
+// finishStream is called once the handler is done writing: over HTTP/1.x
+// net/http still flushes the rest of the reply (the last chunk), which gets
+// a full stream_write_timeout and no more (the next request on the
+// connection clears it, serveHTTP).
+func (x *exchange) finishStream() {
+	if x.streaming && x.h1 && x.armed {
+		x.deadline = time.Now().Add(x.streamWT)
+		_ = x.controller().SetWriteDeadline(x.deadline)
 	}
 }
 

@@ -28,7 +28,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del("X-Request-Id")
 	}
 	w.Header().Set("X-Request-Id", x.id)
-	x.streamWT = s.cur.Load().streamWT
+	x.streamWT, x.h1 = s.cur.Load().streamWT, r.ProtoMajor == 1
 	// A write deadline set by an earlier reply on this kept-alive connection
 	// must not cut this one (the server itself has no write timeout).
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
@@ -63,6 +63,7 @@ func (s *Server) finish(x *exchange, r *http.Request) {
 			x.abort = true
 		}
 	}
+	x.finishStream()
 	s.logRequest(x, r)
 	if s.opts.Observe != nil && !x.probe {
 		ob := Observation{Route: x.route, Status: x.sentStatus(), Duration: time.Since(x.start),

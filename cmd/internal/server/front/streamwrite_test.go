@@ -2,6 +2,7 @@ package front
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
@@ -273,5 +275,55 @@ func TestStreamWriteDeadlineStalledReader(t *testing.T) {
 				t.Fatalf("summary line of the stalled stream: %v\n%s", lines, h.logs.String())
 			}
 		})
+	}
+}
+
+// BenchmarkStreamChunks measures a stream of 256 SSE events, each written
+// and flushed on its own, through the real server over loopback HTTP/1.1:
+// what the per-write deadline (set before a chunk, cleared after its
+// flush) costs per event.
+func BenchmarkStreamChunks(b *testing.B) {
+	event := []byte("data: {\"choices\":[{\"delta\":{\"content\":\"tok\"}}]}\n\n")
+	r := &fakeRunner{serve: func(run *engine.Run) *engine.Report {
+		w, _ := run.Answer()
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		for range 256 {
+			if _, err := w.Write(event); err != nil {
+				break
+			}
+			if rc.Flush() != nil {
+				break
+			}
+		}
+		return &engine.Report{Workflow: "bench", Answered: true}
+	}}
+	opts, _ := newOpts(&testing.T{}, r, logrus.WarnLevel)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts.Listener = ln
+	s := New(opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	url := "http://" + ln.Addr().String() + "/v1/chat/completions"
+	client := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	b.ReportAllocs()
+	for b.Loop() {
+		r.mu.Lock()
+		r.runs = r.runs[:0]
+		r.mu.Unlock()
+		resp, err := client.Post(url, "application/json", strings.NewReader(streamBody))
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if n != int64(256*len(event)) {
+			b.Fatalf("read %d bytes", n)
+		}
 	}
 }
