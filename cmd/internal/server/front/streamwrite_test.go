@@ -327,3 +327,30 @@ func BenchmarkStreamChunks(b *testing.B) {
 		}
 	}
 }
+
+// server.stream_write_timeout is part of the live set: 0 is the default
+// (a stream is never exempt), a reload's value applies to requests that
+// arrive afterwards.
+func TestStreamWriteTimeoutLive(t *testing.T) {
+	s := New(Options{})
+	if got := s.Live().StreamWriteTimeout; got != DefaultStreamWriteTimeout {
+		t.Fatalf("default %s, want %s", got, DefaultStreamWriteTimeout)
+	}
+	l := s.Live()
+	l.StreamWriteTimeout = 7 * time.Second
+	s.SetLive(l)
+	if got := s.Live().StreamWriteTimeout; got != 7*time.Second {
+		t.Fatalf("after SetLive %s", got)
+	}
+	var seen time.Duration
+	runner := &fakeRunner{serve: func(run *engine.Run) *engine.Report {
+		seen = run.Slot.(*exchange).streamWT
+		return answerJSON(run, `{}`)
+	}}
+	s.SetRunners(map[engine.Route]engine.Runner{engine.RouteChat: runner})
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{}`)))
+	if rec.Code != 200 || seen != 7*time.Second {
+		t.Fatalf("status %d, the request saw %s", rec.Code, seen)
+	}
+}
