@@ -42,8 +42,9 @@ type exchange struct {
 
 	// The stream write deadline (server.stream_write_timeout): streamWT is
 	// the live value at arrival; streaming is set when a 2xx streamed reply
-	// starts; armed (until deadline) while a write or flush is in progress,
-	// and over HTTP/1.x between them too (see arm).
+	// starts. Over HTTP/1.x the connection's deadline is armed (until
+	// deadline) while a write or flush is in progress and between them too;
+	// over HTTP/2 ww watches the writes (see arm).
 	// stalled records a write that failed at its deadline: the client
 	// stopped reading. cancelRun ends the run's context (the legs) with a
 	// cause. Touched only by the goroutine that writes the reply, whose end
@@ -54,6 +55,7 @@ type exchange struct {
 	armed     bool
 	deadline  time.Time
 	stalled   bool
+	ww        *writeWatch
 	rc        *http.ResponseController
 	cancelRun context.CancelCauseFunc
 }
@@ -118,8 +120,8 @@ func (x *exchange) FlushError() error {
 		x.writeFailed()
 		return err
 	}
-	if !x.h1 {
-		x.disarm()
+	if x.ww != nil {
+		x.ww.end()
 	}
 	return nil
 }
@@ -131,13 +133,14 @@ func (x *exchange) controller() *http.ResponseController {
 	return x.rc
 }
 
-// arm sets the write deadline of a streamed reply's write or flush: now +
-// stream_write_timeout, so a write that makes no progress that long fails.
+// arm applies the write deadline to a streamed reply's write or flush: a
+// write that makes no progress for stream_write_timeout fails.
 //
 // Over HTTP/2 an armed deadline resets the stream when it expires, written
-// to or not, so it is set before a chunk's first write and cleared by the
-// flush that ends it: between chunks the stream waits for its upstream,
-// which stream_idle_timeout bounds, not this.
+// to or not, so it must not stay set between chunks (the stream waits for
+// its upstream there, which stream_idle_timeout bounds): a writeWatch
+// stamps the write and sets a past deadline only when one has been pending
+// for the whole timeout.
 //
 // Over HTTP/1.x a deadline only fails I/O in progress or started after it,
 // so it may stay set between chunks; it is moved forward only when less
@@ -149,7 +152,12 @@ func (x *exchange) arm() {
 	if !x.streaming {
 		return
 	}
-	if x.armed && !x.h1 {
+	if !x.h1 {
+		if x.ww == nil {
+			x.controller() // before the watch's goroutine can use it
+			x.ww = newWriteWatch(x.streamWT, x.expireStream)
+		}
+		x.ww.begin()
 		return
 	}
 	now := time.Now()
@@ -162,21 +170,27 @@ func (x *exchange) arm() {
 	}
 }
 
-// finishStream is called once the handler is done writing: over HTTP/1.x
-// net/http still flushes the rest of the reply (the last chunk), which gets
-// a full stream_write_timeout and no more (the next request on the
-// connection clears it, serveHTTP).
+// expireStream runs on the writeWatch's timer (HTTP/2) when a write has been
+// pending for stream_write_timeout: it ends the run (the legs) and resets
+// the stream at once, which fails the blocked write.
+func (x *exchange) expireStream() {
+	if x.cancelRun != nil {
+		x.cancelRun(errStalledWrite)
+	}
+	_ = x.rc.SetWriteDeadline(time.Now())
+}
+
+// finishStream is called once the handler is done writing. Over HTTP/2 the
+// watch stops. Over HTTP/1.x net/http still flushes the rest of the reply
+// (the last chunk), which gets a full stream_write_timeout and no more (the
+// next request on the connection clears it, serveHTTP).
 func (x *exchange) finishStream() {
+	if x.ww != nil {
+		x.ww.stop()
+	}
 	if x.streaming && x.h1 && x.armed {
 		x.deadline = time.Now().Add(x.streamWT)
 		_ = x.controller().SetWriteDeadline(x.deadline)
-	}
-}
-
-func (x *exchange) disarm() {
-	if x.armed {
-		x.armed = false
-		_ = x.controller().SetWriteDeadline(time.Time{})
 	}
 }
 
@@ -186,6 +200,10 @@ func (x *exchange) disarm() {
 // and the failure is the client's, not the worker's. A failure before the
 // deadline is a disconnect, which the request context already reports.
 func (x *exchange) writeFailed() {
+	if x.ww != nil {
+		x.stalled = x.ww.fired.Load() // expireStream has ended the run
+		return
+	}
 	if !x.armed || time.Now().Before(x.deadline) {
 		return
 	}

@@ -201,6 +201,9 @@ func cancelCause(x *exchange, e *engine.Error) *engine.Error {
 	if e.Kind != engine.KindCancelled {
 		return e
 	}
+	if x.ww != nil && x.ww.fired.Load() {
+		x.stalled = true // the watch ended the run, whatever the write then saw
+	}
 	switch {
 	case x.stalled:
 		c := *e
