@@ -180,7 +180,19 @@ func (s *Server) settle(x *exchange, rep *engine.Report) {
 	case rep.Err != nil:
 		// Answered or not, fail writes the error only if nothing was written;
 		// otherwise it marks the reply for an abnormal end (partial response).
-		s.fail(x, cancelCause(x, rep.Err))
+		e := cancelCause(x, rep.Err)
+		if e.Kind == engine.KindShutdownCut {
+			// The nodes the cut cancelled are counted as cut too
+			// (celflow_node_outcomes_total{reason}), not as the client's.
+			for i := range rep.Outcomes {
+				if o := &rep.Outcomes[i]; o.Err != nil && o.Err.Kind == engine.KindCancelled {
+					c := *e
+					c.Node, c.Item = o.Err.Node, o.Err.Item
+					o.Err = &c
+				}
+			}
+		}
+		s.fail(x, e)
 	case !rep.Answered && !x.wroteHeader:
 		s.fail(x, engine.Errorf(engine.KindInternal, "no node answered the client"))
 	}

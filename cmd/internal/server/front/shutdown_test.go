@@ -215,9 +215,13 @@ func TestShutdownCutBeforeReply(t *testing.T) {
 	r := &fakeRunner{serve: func(run *engine.Run) *engine.Report {
 		close(entered)
 		<-run.Ctx.Done()
-		return &engine.Report{Workflow: "fake", Err: engine.AsError(run.Ctx.Err())}
+		e := engine.AsError(run.Ctx.Err())
+		e.Node = "decode"
+		return &engine.Report{Workflow: "fake", Err: e, Outcomes: []engine.Outcome{
+			{Node: "decode", Type: "decode", Status: engine.StatusCancelled, Err: e}}}
 	}}
-	h := start(t, r, func(o *Options) { o.ShutdownTimeout = 200 * time.Millisecond })
+	obs := &observations{}
+	h := start(t, r, func(o *Options) { o.ShutdownTimeout = 200 * time.Millisecond; o.Observe = obs.observe })
 	got := h.send(t, "")
 	select {
 	case <-entered:
@@ -243,5 +247,12 @@ func TestShutdownCutBeforeReply(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no shutdown_cut summary line: %s", h.logs.String())
+	}
+	// The node the cut cancelled is counted as cut (node outcome reason).
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if len(obs.obs) != 1 || obs.obs[0].Status != 503 || obs.obs[0].Report == nil ||
+		obs.obs[0].Report.Outcomes[0].Err.Code() != "shutdown_cut" || obs.obs[0].Report.Outcomes[0].Err.Node != "decode" {
+		t.Fatalf("observation: %+v", obs.obs)
 	}
 }
