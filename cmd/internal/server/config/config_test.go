@@ -233,6 +233,7 @@ func TestEnv(t *testing.T) {
 		{"CELFLOW_SERVER_WRITE_TIMEOUT", "30", `CELFLOW_SERVER_WRITE_TIMEOUT: server.write_timeout: invalid duration "30"`},
 		{"CELFLOW_TELEMETRY_TRACING_ENABLED", "yes", `CELFLOW_TELEMETRY_TRACING_ENABLED: telemetry.tracing.enabled: expected boolean`},
 		{"CELFLOW_UPSTREAM_PICKER", "random", `CELFLOW_UPSTREAM_PICKER: upstream.picker: must be one of`},
+		{"CELFLOW_SERVER_STREAM_WRITE_TIMEOUT", "0s", `CELFLOW_SERVER_STREAM_WRITE_TIMEOUT: server.stream_write_timeout: must be above 0s`},
 	}
 	for _, b := range bad {
 		c, diags := load(t, yaml, map[string]string{b.name: b.val})
