@@ -46,6 +46,11 @@ const (
 	KindQueueTimeout      Kind = 34 // 429 rate_limit_error queue_timeout: waited admission.queue_timeout
 )
 
+// Kinds added by issue 17.
+const (
+	KindShutdownCut Kind = 35 // 503 server_error shutdown_cut: in flight when the shutdown budget ran out
+)
+
 // Error is celflow's typed error. Message must never contain an upstream
 // body, except the relayed message of an upstream 4xx OpenAI error, already
 // cut to 512 bytes (UpstreamMsg).
@@ -200,7 +205,7 @@ func (e *Error) HTTPStatus() int {
 		return http.StatusServiceUnavailable
 	case KindCancelled:
 		return 499 // never written: the client is gone; logs and metrics only
-	case KindModelsUnavailable:
+	case KindModelsUnavailable, KindShutdownCut:
 		return http.StatusServiceUnavailable
 	case KindOverloaded, KindQueueTimeout:
 		return http.StatusTooManyRequests
@@ -215,7 +220,7 @@ func (e *Error) Type() string {
 		return "upstream_error"
 	case KindUpstreamTimeout, KindDeadline:
 		return "timeout_error"
-	case KindShuttingDown, KindInternal, KindUpstreamUnavailable:
+	case KindShuttingDown, KindInternal, KindUpstreamUnavailable, KindShutdownCut:
 		return "server_error"
 	case KindUpstreamRejected:
 		if e.HTTPStatus() >= 500 {
@@ -283,6 +288,8 @@ func (e *Error) Code() string {
 		return "overloaded"
 	case KindQueueTimeout:
 		return "queue_timeout"
+	case KindShutdownCut:
+		return "shutdown_cut"
 	}
 	return "internal_error"
 }

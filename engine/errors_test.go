@@ -46,6 +46,7 @@ func TestErrorTable(t *testing.T) {
 		{"duplicate member name", engine.DuplicateKey("a.b", nil), 400, "invalid_request_error", "duplicate_key"},
 		{"admission: queue full", engine.Errorf(engine.KindOverloaded, ""), 429, "rate_limit_error", "overloaded"},
 		{"admission: queue timeout", engine.Errorf(engine.KindQueueTimeout, ""), 429, "rate_limit_error", "queue_timeout"},
+		{"in flight when the shutdown budget ran out", engine.Errorf(engine.KindShutdownCut, ""), 503, "server_error", "shutdown_cut"},
 	} {
 		if s, ty, c := tc.err.HTTPStatus(), tc.err.Type(), tc.err.Code(); s != tc.status || ty != tc.typ || c != tc.code {
 			t.Errorf("%s: %d %s %s, want %d %s %s", tc.row, s, ty, c, tc.status, tc.typ, tc.code)

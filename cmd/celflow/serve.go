@@ -165,6 +165,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	if opts.MaxConnections == 0 { // derived from the fd limit (docs/operations.md)
 		opts.MaxConnections = front.DefaultMaxConnections()
 	}
+	opts.StreamWriteTimeout = lv.StreamWriteTimeout // issue 17 (kept apart from the aligned literal)
 	tlsSt.options(&opts)
 	srv := front.New(opts)
 	srv.SetModels(g.models())

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -33,7 +34,36 @@ func ReadError(resp *http.Response) ErrorReply {
 	if msg != "" {
 		_, param = openAIError(body, ErrorMsgLimit) // ≤ 8 KiB, error path only
 	}
-	return ErrorReply{Msg: msg, Param: param, RetryAfter: ra, Body: body}
+	// What reaches a client never names a place in the worker network (a
+	// decode's failed KV pull names the prefill's host, port and KV path);
+	// Body keeps the original for the log.
+	return ErrorReply{Msg: ScrubAddresses(msg), Param: ScrubAddresses(param), RetryAfter: ra, Body: body}
+}
+
+// Redacted replaces each address ScrubAddresses removes.
+const Redacted = "[address]"
+
+// addrPattern matches, in this order: a URL (scheme://…, up to a space or a
+// quote), a bracketed IPv6 address with an optional port, an IPv4 address
+// with an optional port, a bare IPv6 address (two colons or more, hex
+// groups), and host:port (a name, dotted or not, then a port of 2–5
+// digits). A false positive costs a relayed message a detail, never more.
+var addrPattern = regexp.MustCompile(`(?i)` +
+	`\b[a-z][a-z0-9+.-]*://[^\s"'<>]*` +
+	`|\[[0-9a-f:.%]+\](?::\d{1,5})?` +
+	`|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?\b` +
+	`|\b(?:[0-9a-f]{0,4}:){2,7}[0-9a-f]{1,4}\b|::(?:[0-9a-f]{1,4}:){0,6}[0-9a-f]{1,4}\b` +
+	`|\b[a-z][a-z0-9-]*(?:\.[a-z0-9-]+)*:\d{2,5}\b`)
+
+// ScrubAddresses removes URLs, IP addresses and host:port pairs from an
+// upstream message before it is relayed to a client (docs/errors.md,
+// Upstream messages). Messages are short (≤ ErrorMsgLimit) and this runs on
+// the error path only.
+func ScrubAddresses(msg string) string {
+	if msg == "" || !strings.ContainsAny(msg, ":.") {
+		return msg
+	}
+	return addrPattern.ReplaceAllString(msg, Redacted)
 }
 
 // RetryAfter parses an upstream's Retry-After (RFC 9110 10.2.3), which is

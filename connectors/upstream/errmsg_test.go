@@ -45,6 +45,34 @@ func TestReadError(t *testing.T) {
 	}
 }
 
+// Issue 17 item 6: what is relayed of a worker's error never names a place
+// in the worker network; ordinary messages pass unchanged.
+func TestScrubAddresses(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"KV transfer failed: remote_request_id rr-1 from 10.0.3.7:8100: Get \"http://10.0.3.7:8100/sim/kv/rr-1\": dial tcp 10.0.3.7:8100: connect: connection refused",
+			"KV transfer failed: remote_request_id rr-1 from [address]: Get \"[address]\": dial tcp [address]: connect: connection refused"},
+		{"prefill-0.prefill.llm.svc.cluster.local:8000 is gone", "[address] is gone"},
+		{"peer prefill-0:8000 closed", "peer [address] closed"},
+		{"dial [fd00::12]:8100 failed", "dial [address] failed"},
+		{"from fd00:1:2::12 and ::1", "from [address] and [address]"},
+		{"https://user:pw@internal.example/v1?x=1 refused", "[address] refused"},
+		{"192.168.1.20 unreachable", "[address] unreachable"},
+		{"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.",
+			"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens."},
+		{"max_tokens must be at least 1, got 0.", "max_tokens must be at least 1, got 0."},
+		{"temperature 1.5 is out of range [0.0, 2.0]", "temperature 1.5 is out of range [0.0, 2.0]"},
+		{"", ""},
+	} {
+		if got := ScrubAddresses(tc.in); got != tc.want {
+			t.Errorf("ScrubAddresses(%q)\n got %q\nwant %q", tc.in, got, tc.want)
+		}
+	}
+	er := ReadError(fakeResp([]byte(`{"object":"error","message":"KV pull from 10.0.3.7:8100 failed","param":"http://10.0.3.7/x"}`), nil))
+	if er.Msg != "KV pull from [address] failed" || er.Param != "[address]" || !strings.Contains(string(er.Body), "10.0.3.7:8100") {
+		t.Fatalf("%+v", er)
+	}
+}
+
 // A worker's Retry-After is untrusted: delta-seconds within MaxRetryAfter,
 // or an HTTP-date in the next MaxRetryAfter seconds; anything else is 0
 // (the caller's default).

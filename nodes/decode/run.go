@@ -2,6 +2,9 @@ package decode
 
 import (
 	"context"
+	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/celflow/celflow/connectors/upstream"
@@ -70,6 +73,36 @@ func (n *Decode) Run(ctx context.Context, x *engine.Exec) engine.Result {
 	return n.send(ctx, x, in, session, res)
 }
 
+// handoffFailure: a decode 4xx after a KV hand-off whose message is about
+// the transfer (the prefill's KV could not be pulled: the prefill died or
+// its lease ran out) is not the client's error but the worker side's, so it
+// is 502 upstream_error, not the worker's 400 upstream_rejected
+// (docs/errors.md). The worker's message stays in the log (Cause), and even
+// as a 4xx it would have been relayed scrubbed of addresses
+// (upstream.ScrubAddresses).
+func handoffFailure(e *engine.Error) *engine.Error {
+	if e.Kind != engine.KindUpstreamRejected || e.Status == http.StatusTooManyRequests || !aboutKVTransfer(e.UpstreamMsg) {
+		return e
+	}
+	return &engine.Error{Kind: engine.KindBadGateway, Node: e.Node, Item: e.Item, Status: e.Status, Cause: e,
+		Msg: "the KV hand-off from prefill failed: decode could not pull the prefilled KV (HTTP " + strconv.Itoa(e.Status) + ")"}
+}
+
+// kvWords are what a worker's message about a KV transfer says (vLLM's
+// connectors, the simulator's "KV transfer failed: …").
+var kvWords = []string{"kv transfer", "kv_transfer", "kv cache transfer", "kv pull", "remote_request_id",
+	"remote_host", "remote_engine_id", "remote_block_ids", "nixl", "bootstrap"}
+
+func aboutKVTransfer(msg string) bool {
+	m := strings.ToLower(msg)
+	for _, w := range kvWords {
+		if strings.Contains(m, w) {
+			return true
+		}
+	}
+	return false
+}
+
 func firstErr(ctxs ...context.Context) error {
 	for _, c := range ctxs {
 		if err := c.Err(); err != nil {
@@ -111,6 +144,9 @@ func (n *Decode) send(ctx context.Context, x *engine.Exec, in *bodyIn, s *leg.SG
 			if pe := s.PrefillErr(); pe != nil { // prefill failed first: its error wins
 				e = pe
 			}
+		}
+		if !n.aggregated && handoff.KV.Value(x.Run).PrefillRan {
+			e = handoffFailure(e)
 		}
 		res.Err = e
 		return res

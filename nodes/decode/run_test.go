@@ -115,6 +115,9 @@ func TestErrors(t *testing.T) {
 		{name: "500", params: `{}`, handle: legtest.JSON(500, `MARKER-500`), status: 502, code: "bad_gateway"},
 		{name: "transport", params: `{}`, base: deadURL, status: 502, code: "bad_gateway"},
 		{name: "ttfb", params: `{"ttfb_timeout":"50ms"}`, handle: slow, status: 504, code: "upstream_timeout"},
+		// Issue 17 item 6: a 2xx without a body is no reply (it reached the client as 204).
+		{name: "204", params: `{}`, handle: legtest.JSON(204, ``), status: 502, code: "bad_gateway"},
+		{name: "200 empty", params: `{}`, handle: legtest.JSON(200, ``), status: 502, code: "bad_gateway"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := tc.base
@@ -134,6 +137,46 @@ func TestErrors(t *testing.T) {
 			}
 			if m := e.ClientMessage("r"); len(m) > 700 || strings.Contains(m, "MARKER") {
 				t.Fatalf("message %q", m)
+			}
+		})
+	}
+}
+
+// Issue 17 item 6: after a KV hand-off, decode's 4xx about the transfer is
+// the worker side's failure (502 bad_gateway), not the client's 400, and no
+// relayed message names an internal address; a 4xx about the client's input
+// stays the client's.
+func TestKVHandoffFailure(t *testing.T) {
+	const pull = `{"object":"error","message":"KV transfer failed: remote_request_id rr-1 from 10.0.0.42:5600: Get \"http://10.0.0.42:5600/sim/kv/rr-1\": 404","code":400}`
+	for _, tc := range []struct {
+		name, body string
+		prefill    bool
+		status     int
+		code       string
+	}{
+		{"KV pull after prefill", pull, true, 502, "bad_gateway"},
+		{"client input after prefill", `{"object":"error","message":"max_tokens must be at least 1 (see http://10.1.1.1:80/doc)","param":"max_tokens"}`, true, 400, "upstream_rejected"},
+		{"KV words without a hand-off", pull, false, 400, "upstream_rejected"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := legtest.NewWorker(t, legtest.JSON(400, tc.body))
+			n := newNode(t, legtest.Gateway(t, w.URL), `{}`)
+			run, rec := legtest.Run(t, engine.RouteChat, chatOne, nil)
+			run.State.Tokens, run.State.Media = tokens6, media(chatOne)
+			if tc.prefill {
+				handoff.KV.Set(run, handoff.KVHandoff{PrefillRan: true, Params: json.RawMessage(nixlDecode)})
+			}
+			res := n.Run(run.Ctx, legtest.Exec(run, "decode"))
+			e := engine.AsError(res.Err)
+			if e == nil || res.Responded || rec.Body.Len() != 0 {
+				t.Fatalf("%+v", res)
+			}
+			e.Node = "decode"
+			if e.HTTPStatus() != tc.status || e.Code() != tc.code {
+				t.Fatalf("got %d %s (%v)", e.HTTPStatus(), e.Code(), e)
+			}
+			if m := e.ClientMessage("r"); strings.Contains(m, "10.0.0.42") || strings.Contains(m, "10.1.1.1") || strings.Contains(m, "5600") {
+				t.Fatalf("client message names an internal address: %q", m)
 			}
 		})
 	}

@@ -314,6 +314,10 @@ func TestSIGTERMCutsLongStream(t *testing.T) {
 	if out := st.celflow.output(); !strings.Contains(out, "in-flight requests cut") || !strings.Contains(out, `"cut":1`) {
 		t.Errorf("no log line with the number cut:\n%s", st.celflow.tail(20))
 	}
+	// Issue 17: the cut is the server's, not the client's.
+	if out := st.celflow.output(); !strings.Contains(out, `"code":"shutdown_cut"`) || strings.Contains(out, `"code":"client_closed_request"`) {
+		t.Errorf("the cut stream is not logged shutdown_cut:\n%s", st.celflow.tail(20))
+	}
 	decodes := 0
 	for _, l := range st.legs(id) {
 		if l.Worker == "decode" {

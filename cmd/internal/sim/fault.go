@@ -26,6 +26,7 @@ type Fault struct {
 	StallBody          time.Duration // JSON replies: headers, then this silence before the body
 	Trickle            time.Duration // JSON replies: headers, then the body one byte per interval
 	ECKey              string        // encode: key every ec_transfer_params descriptor by this, not the item's hash
+	KVDrop             bool          // prefill: answer kv_transfer_params but keep no KV (a prefill that died after answering)
 	Delay              time.Duration // wait this long before any work
 	TTFT, ITL          *time.Duration
 	Times              int // flag faults only: fire this many times, 0 = always
@@ -33,7 +34,7 @@ type Fault struct {
 
 // ParseFaults parses "[role:]action[,action...][; ...]" where an action is
 // status=N, reset-before-headers, reset-mid-stream, slow-headers=D, delay=D,
-// stall-body=D, trickle=D, ec-key=K, ttft=D, itl=D or times=N.
+// stall-body=D, trickle=D, ec-key=K, kv-drop, ttft=D, itl=D or times=N.
 func ParseFaults(spec string) ([]Fault, error) {
 	var out []Fault
 	for _, group := range strings.Split(spec, ";") {
@@ -86,6 +87,11 @@ func (f *Fault) set(action string) error {
 		}
 		f.ResetBeforeHeaders = f.ResetBeforeHeaders || name == "reset-before-headers"
 		f.ResetMidStream = f.ResetMidStream || name == "reset-mid-stream"
+	case "kv-drop":
+		if hasVal {
+			return fmt.Errorf("%s takes no value", name)
+		}
+		f.KVDrop = true
 	case "slow-headers":
 		f.SlowHeaders, err = dur()
 	case "ec-key":
@@ -122,6 +128,7 @@ func (f Fault) merge(o Fault) Fault {
 	}
 	f.ResetBeforeHeaders = f.ResetBeforeHeaders || o.ResetBeforeHeaders
 	f.ResetMidStream = f.ResetMidStream || o.ResetMidStream
+	f.KVDrop = f.KVDrop || o.KVDrop
 	f.SlowHeaders = max(f.SlowHeaders, o.SlowHeaders)
 	f.StallBody = max(f.StallBody, o.StallBody)
 	if o.ECKey != "" {
@@ -158,6 +165,9 @@ func (f Fault) String() string {
 	}
 	if f.ECKey != "" {
 		a = append(a, "ec-key="+f.ECKey)
+	}
+	if f.KVDrop {
+		a = append(a, "kv-drop")
 	}
 	if f.Trickle > 0 {
 		a = append(a, "trickle="+f.Trickle.String())

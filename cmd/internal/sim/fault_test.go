@@ -27,6 +27,8 @@ func TestParseFaults(t *testing.T) {
 		{"trickle=0s", nil, "positive"},
 		{"encode:ec-key=img_0_a1", []Fault{{Role: RoleEncode, ECKey: "img_0_a1"}}, ""},
 		{"ec-key=", nil, "ec-key"},
+		{"prefill:kv-drop", []Fault{{Role: RolePrefill, KVDrop: true}}, ""},
+		{"kv-drop=1", nil, "takes no value"},
 		{"", nil, ""},
 		{"status=99", nil, "status"},
 		{"gateway:status=500", nil, "unknown role"},

@@ -84,7 +84,9 @@ func (w *Worker) produceKV(c *call, p promptInfo) (any, error) {
 	}
 	host, port := w.self(c.r)
 	e.RemoteRequestID = "rr-" + randHex(8)
-	w.kv.put(e.RemoteRequestID, e)
+	if !c.fault.KVDrop { // kv-drop: the answer names KV this worker no longer has
+		w.kv.put(e.RemoteRequestID, e)
+	}
 	nblocks := (len(p.Tokens) + prefixBlock - 1) / prefixBlock
 	first := int(seedOf(p.Tokens) % 10000)
 	blocks := make([]int, nblocks)

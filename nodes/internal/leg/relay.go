@@ -9,6 +9,13 @@ import (
 	"github.com/celflow/celflow/engine"
 )
 
+// noBody reports a 2xx that carries no body by its status or its declared
+// length. (A chunked reply that turns out empty is only known once read:
+// that one reaches the client as an empty success, as the worker sent it.)
+func noBody(resp *http.Response) bool {
+	return resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusResetContent || resp.ContentLength == 0
+}
+
 // Relay claims the client writer and relays a 2xx reply: status, headers,
 // and the body chunk by chunk (docs/protocol.md, Streaming). The result always has
 // Responded true once the claim succeeded. A failure after the status was
@@ -16,6 +23,13 @@ import (
 // client left, KindBadGateway otherwise; the front must then end the reply
 // abnormally (panic(http.ErrAbortHandler)) and log a partial-response line.
 func Relay(x *engine.Exec, resp *http.Response, idle, writeTimeout time.Duration) engine.Result {
+	if noBody(resp) {
+		// A 204, a 205 or an empty 2xx is no reply to a completion: the
+		// client must not see a success without a body (docs/errors.md).
+		resp.Body.Close()
+		return engine.Result{HTTPStatus: resp.StatusCode,
+			Err: engine.Errorf(engine.KindBadGateway, "upstream answered HTTP %d without a body: not a valid reply", resp.StatusCode)}
+	}
 	w, ok := x.Run.Answer()
 	if !ok {
 		resp.Body.Close()

@@ -69,6 +69,9 @@ type Server struct {
 	ResetLimit         int           // early resets per address per ResetWindow; 0: off
 	ResetWindow        time.Duration // the reset policy's sliding window
 	ResetCooldown      time.Duration // how long an address over ResetLimit is refused
+	// StreamWriteTimeout bounds one write of a streamed reply to the client
+	// (server.stream_write_timeout); always above 0.
+	StreamWriteTimeout time.Duration
 }
 
 // Trust is the `trust:` section (docs/threat-model.md).
@@ -112,6 +115,7 @@ func Defaults() Config {
 			ResetLimit:         500,
 			ResetWindow:        10 * time.Second,
 			ResetCooldown:      30 * time.Second,
+			StreamWriteTimeout: 30 * time.Second,
 		},
 		Upstream: upstream.Config{
 			Picker:              "round-robin",
@@ -240,6 +244,13 @@ func (c *Config) check(f *fileDoc) schema.Diagnostics {
 		ds = append(ds, c.doc.Diag(n.Ptr, schema.Error,
 			fmt.Sprintf("%d MiB overflows int64 bytes (at most %d)", n.V, int64(maxBodyMiB))).R(schema.RuleRange))
 	}
+	if w := f.Server.StreamWriteTimeout; w.Set && w.V == 0 {
+		// There is no "off": a client that stops reading must not hold its
+		// stream and its admission slot forever. (The schema refuses a
+		// negative duration.)
+		ds = append(ds, c.doc.Diag(w.Ptr, schema.Error,
+			"must be above 0s: a stream whose client stops reading must end (default 30s)").R(schema.RuleRange))
+	}
 	return ds
 }
 
@@ -264,6 +275,7 @@ func (c *Config) decode(f *fileDoc) {
 	keep(&s.ResetWindow, sd.ResetWindow)
 	keep(&s.ResetCooldown, sd.ResetCooldown)
 	keep(&s.MetricsListen, sd.MetricsListen)
+	keep(&s.StreamWriteTimeout, sd.StreamWriteTimeout)
 	c.Trust = Trust{}
 	keep(&c.Trust.ClientFields, f.Trust.ClientFields)
 	keep(&c.Trust.OwnedHeaders, f.Trust.OwnedHeaders)

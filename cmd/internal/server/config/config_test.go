@@ -30,7 +30,8 @@ func TestDefaults(t *testing.T) {
 		ReadTimeout: 30 * time.Second, WriteTimeout: 120 * time.Second, DrainDelay: 5 * time.Second,
 		ShutdownTimeout: 25 * time.Second, TLS: tlsfiles.ServerConfig{ReloadInterval: 10 * time.Second},
 		MaxHeaderBytes: 60 << 10, MaxHeaderCount: 100,
-		ResetLimit: 500, ResetWindow: 10 * time.Second, ResetCooldown: 30 * time.Second}
+		ResetLimit: 500, ResetWindow: 10 * time.Second, ResetCooldown: 30 * time.Second,
+		StreamWriteTimeout: 30 * time.Second}
 	if c.Server != want {
 		t.Fatalf("server %+v", c.Server)
 	}
@@ -59,7 +60,7 @@ func TestFullConfig(t *testing.T) {
 	yaml := `
 server: {listen: "127.0.0.1:9000", max_request_body_size: 5.0, read_header_timeout: 1s, read_timeout: 2s,
          write_timeout: 3s, drain_delay: 4s, shutdown_timeout: 5s, max_header_bytes: 8192, max_header_count: 50,
-         max_connections: 100, reset_limit: 7, reset_window: 6s, reset_cooldown: 8s}
+         max_connections: 100, reset_limit: 7, reset_window: 6s, reset_cooldown: 8s, stream_write_timeout: 9s}
 trust: {client_fields: [kv_transfer_params, media_uuid], owned_headers: [x-tenant-route]}
 upstream:
   mode: direct
@@ -79,7 +80,7 @@ workflow: /abs/wf.yaml
 		t.Fatal(diags)
 	}
 	if c.Server != (Server{"127.0.0.1:9000", 5, time.Second, 2 * time.Second, 3 * time.Second, 4 * time.Second, 5 * time.Second,
-		tlsfiles.ServerConfig{ReloadInterval: DefaultTLSReloadInterval}, "", 8192, 50, 100, 7, 6 * time.Second, 8 * time.Second}) {
+		tlsfiles.ServerConfig{ReloadInterval: DefaultTLSReloadInterval}, "", 8192, 50, 100, 7, 6 * time.Second, 8 * time.Second, 9 * time.Second}) {
 		t.Fatalf("server %+v", c.Server)
 	}
 	want := upstream.Config{Mode: "direct", Picker: "least-in-flight",
@@ -130,6 +131,10 @@ func TestInvalid(t *testing.T) {
 				`/etc/celflow/serve.yaml:4:17: server.read_timeout: expected string, got 30`,
 				`/etc/celflow/serve.yaml:5:16: server.drain_delay: invalid duration "abc"`,
 			}},
+		{"stream write timeout 0", "server: {stream_write_timeout: 0s}\nworkflow: w\n",
+			[]string{`1:32: server.stream_write_timeout: must be above 0s: a stream whose client stops reading must end (default 30s)`}},
+		{"stream write timeout negative", "server: {stream_write_timeout: -1s}\nworkflow: w\n",
+			[]string{`server.stream_write_timeout: invalid duration "-1s"`}},
 		{"body size 0", "server: {max_request_body_size: 0}\nworkflow: w\n", []string{`1:33: server.max_request_body_size: must be >= 1, got 0`}},
 		{"body size -1", "server: {max_request_body_size: -1}\nworkflow: w\n", []string{`server.max_request_body_size: must be >= 1, got -1`}},
 		{"body size 4.5", "server: {max_request_body_size: 4.5}\nworkflow: w\n", []string{`server.max_request_body_size: expected integer`}},
@@ -230,6 +235,7 @@ func TestEnv(t *testing.T) {
 		{"CELFLOW_SERVER_WRITE_TIMEOUT", "30", `CELFLOW_SERVER_WRITE_TIMEOUT: server.write_timeout: invalid duration "30"`},
 		{"CELFLOW_TELEMETRY_TRACING_ENABLED", "yes", `CELFLOW_TELEMETRY_TRACING_ENABLED: telemetry.tracing.enabled: expected boolean`},
 		{"CELFLOW_UPSTREAM_PICKER", "random", `CELFLOW_UPSTREAM_PICKER: upstream.picker: must be one of`},
+		{"CELFLOW_SERVER_STREAM_WRITE_TIMEOUT", "0s", `CELFLOW_SERVER_STREAM_WRITE_TIMEOUT: server.stream_write_timeout: must be above 0s`},
 	}
 	for _, b := range bad {
 		c, diags := load(t, yaml, map[string]string{b.name: b.val})

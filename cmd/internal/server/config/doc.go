@@ -38,6 +38,7 @@ type serverDoc struct {
 	ResetWindow        schema.Val[time.Duration] `json:"reset_window"`
 	ResetCooldown      schema.Val[time.Duration] `json:"reset_cooldown"`
 	MetricsListen      schema.Val[string]        `json:"metrics_listen"`
+	StreamWriteTimeout schema.Val[time.Duration] `json:"stream_write_timeout"`
 	TLS                serverTLSDoc              `json:"tls"`
 }
 

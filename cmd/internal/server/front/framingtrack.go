@@ -36,6 +36,10 @@ type framing struct {
 	folded  bool
 
 	reqID []byte // the block's x-request-id (cut at MaxRequestIDLen+1)
+	// lastID is the x-request-id of the block just finished, until the
+	// next one starts: net/http's own refusal of a whole block (no Host)
+	// comes after the tracker saw its end (plainreply.go).
+	lastID []byte
 
 	blocks int    // header blocks completed
 	bad    string // why request badAt is ambiguous (net/http would serve it)
@@ -114,6 +118,7 @@ func (f *framing) onLine(line []byte) {
 
 func (f *framing) headerLine(line []byte) {
 	if f.lines == 0 {
+		f.lastID = f.lastID[:0]
 		if !requestLine(line) {
 			// Not HTTP/1.x text (TLS records, if a server ever wraps this
 			// connection in TLS itself, or garbage net/http refuses): stop,
@@ -185,6 +190,7 @@ func (f *framing) endBlock() {
 		bad = "both Content-Length and Transfer-Encoding are present"
 	}
 	te := f.teCount
+	f.lastID = append(f.lastID[:0], f.reqID...)
 	f.lines, f.http10, f.cl, f.clCount, f.clDiff, f.te, f.teCount, f.folded, f.reqID =
 		0, false, f.cl[:0], 0, false, f.te[:0], 0, false, f.reqID[:0]
 	switch {

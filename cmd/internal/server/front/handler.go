@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"runtime/debug"
@@ -27,6 +28,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del("X-Request-Id")
 	}
 	w.Header().Set("X-Request-Id", x.id)
+	x.streamWT, x.h1 = s.cur.Load().streamWT, r.ProtoMajor == 1
 	// A write deadline set by an earlier reply on this kept-alive connection
 	// must not cut this one (the server itself has no write timeout).
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
@@ -61,6 +63,7 @@ func (s *Server) finish(x *exchange, r *http.Request) {
 			x.abort = true
 		}
 	}
+	x.finishStream()
 	s.logRequest(x, r)
 	s.noteEarlyReset(x, r) // resets.go
 	if s.opts.Observe != nil && !x.probe {
@@ -148,8 +151,12 @@ func (s *Server) inference(route engine.Route) http.Handler {
 			s.fail(x, engine.AsError(err))
 			return
 		}
-		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		stop := context.AfterFunc(ctx, cancel)
+		// The cause travels: a shutdown cut (errShutdownCut) is told apart
+		// from a client that left, and the exchange ends the run itself
+		// when the client stops reading (errStalledWrite).
+		runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+		stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+		x.cancelRun = cancel
 		// Once the handler has finished, the watch is dropped: survivors run
 		// on until they return (each node's own timeout still bounds them).
 		defer stop()
@@ -179,10 +186,53 @@ func (s *Server) settle(x *exchange, rep *engine.Report) {
 	case rep.Err != nil:
 		// Answered or not, fail writes the error only if nothing was written;
 		// otherwise it marks the reply for an abnormal end (partial response).
-		s.fail(x, rep.Err)
+		e := cancelCause(x, rep.Err)
+		if e.Kind == engine.KindShutdownCut {
+			// The nodes the cut cancelled are counted as cut too
+			// (celflow_node_outcomes_total{reason}), not as the client's.
+			for i := range rep.Outcomes {
+				if o := &rep.Outcomes[i]; o.Err != nil && o.Err.Kind == engine.KindCancelled {
+					c := *e
+					c.Node, c.Item = o.Err.Node, o.Err.Item
+					o.Err = &c
+				}
+			}
+		}
+		s.fail(x, e)
 	case !rep.Answered && !x.wroteHeader:
 		s.fail(x, engine.Errorf(engine.KindInternal, "no node answered the client"))
 	}
+}
+
+// Causes of a run's end that are not the client leaving (cancelCause).
+var (
+	errStalledWrite = errors.New("client stopped reading: a streamed write made no progress within server.stream_write_timeout")
+	errShutdownCut  = errors.New("cut at shutdown: still in flight when server.shutdown_timeout ran out")
+)
+
+// cancelCause tells a run that ended cancelled apart by why (docs/errors.md,
+// The client went away): a client that stopped reading stays the client's
+// failure (client_closed_request, 499 in logs and metrics) with a message
+// that says so; a request cut by the shutdown budget is the server's
+// (shutdown_cut, 503, written when nothing was yet).
+func cancelCause(x *exchange, e *engine.Error) *engine.Error {
+	if e.Kind != engine.KindCancelled {
+		return e
+	}
+	if x.ww != nil && x.ww.fired.Load() {
+		x.stalled = true // the watch ended the run, whatever the write then saw
+	}
+	switch {
+	case x.stalled:
+		c := *e
+		c.Msg = fmt.Sprintf("client stopped reading: no write progress within stream_write_timeout (%s)", x.streamWT)
+		c.Cause = errStalledWrite
+		return &c
+	case x.run != nil && errors.Is(context.Cause(x.run.Ctx), errShutdownCut):
+		return &engine.Error{Kind: engine.KindShutdownCut, Node: e.Node, Item: e.Item,
+			Msg: "request cut at shutdown: still in flight when shutdown_timeout ran out", Cause: errShutdownCut}
+	}
+	return e
 }
 
 // readBody reads the body under the cap: 413 above it, 400 when it cannot

@@ -135,6 +135,9 @@ func (s *Server) logRequest(x *exchange, r *http.Request) {
 	if x.abort {
 		f["partial"] = true
 		msg = "partial response: the reply was ended abnormally"
+		if x.stalled { // a client failure, not the worker's (stream_write_timeout)
+			msg = "partial response: stream ended, the client stopped reading"
+		}
 	}
 	(&logrus.Entry{Logger: s.log, Data: f}).Log(level, msg)
 }

@@ -18,6 +18,10 @@ import (
 	"github.com/celflow/celflow/engine"
 )
 
+// DefaultStreamWriteTimeout is server.stream_write_timeout's default:
+// tens of seconds, as nginx's send_timeout (60s).
+const DefaultStreamWriteTimeout = 30 * time.Second
+
 // MiB is the unit of max_request_body_size.
 const MiB = 1 << 20
 
@@ -67,6 +71,13 @@ type Options struct {
 	// are written. It is NOT a server write timeout: relaying nodes apply it
 	// to non-streaming replies themselves, and streams are exempt (docs/protocol.md, Timeouts).
 	WriteTimeout time.Duration
+	// StreamWriteTimeout bounds each write of a streamed reply (a 2xx
+	// text/event-stream, or a 2xx to a request with "stream": true): a write
+	// or flush that makes no progress for this long ends the stream as the
+	// client's failure and releases its admission slot (docs/protocol.md,
+	// Timeouts). 0 means DefaultStreamWriteTimeout: a stream is never
+	// exempt from it. Part of the first Live set.
+	StreamWriteTimeout time.Duration
 
 	// DrainDelay: after shutdown starts, how long /readyz is 503 while new
 	// requests are still served. ShutdownTimeout: the budget for in-flight
@@ -147,6 +158,9 @@ type Live struct {
 	// request's arrival with LiveExtra (the async broker's tenant header
 	// names belong to the workflow of the generation, not to the process).
 	Extra any
+	// StreamWriteTimeout is read when a request arrives (0: the default,
+	// DefaultStreamWriteTimeout).
+	StreamWriteTimeout time.Duration
 }
 
 // live is the stored form of Live: its own copy of the runner map, so that
@@ -155,6 +169,7 @@ type live struct {
 	runners         map[engine.Route]engine.Runner
 	maxBody         int64
 	writeTimeout    time.Duration
+	streamWT        time.Duration
 	drainDelay      time.Duration
 	shutdownTimeout time.Duration
 	clientFields    ClientFields
@@ -172,8 +187,11 @@ func newLive(l Live) *live {
 	if l.MaxBodyBytes <= 0 {
 		l.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if l.StreamWriteTimeout <= 0 {
+		l.StreamWriteTimeout = DefaultStreamWriteTimeout
+	}
 	l.Admission.Limits.Class = append([]int(nil), l.Admission.Limits.Class...)
-	return &live{runners: rs, maxBody: l.MaxBodyBytes, writeTimeout: l.WriteTimeout,
+	return &live{runners: rs, maxBody: l.MaxBodyBytes, writeTimeout: l.WriteTimeout, streamWT: l.StreamWriteTimeout,
 		drainDelay: l.DrainDelay, shutdownTimeout: l.ShutdownTimeout, clientFields: l.ClientFields, adm: l.Admission, extra: l.Extra}
 }
 
@@ -184,7 +202,7 @@ func (l *live) export() Live {
 	}
 	adm := l.adm
 	adm.Limits.Class = append([]int(nil), adm.Limits.Class...)
-	return Live{Runners: rs, MaxBodyBytes: l.maxBody, WriteTimeout: l.writeTimeout,
+	return Live{Runners: rs, MaxBodyBytes: l.maxBody, WriteTimeout: l.writeTimeout, StreamWriteTimeout: l.streamWT,
 		DrainDelay: l.drainDelay, ShutdownTimeout: l.shutdownTimeout, ClientFields: l.clientFields, Admission: adm, Extra: l.extra}
 }
 

@@ -37,7 +37,7 @@ type Server struct {
 	// base is the parent of every request context; cancelling it cuts the
 	// requests still in flight when the shutdown budget runs out.
 	base       context.Context
-	cancelBase context.CancelFunc
+	cancelBase context.CancelCauseFunc
 
 	limits Limits // header limits (limits.go), fixed for the server's life
 
@@ -53,7 +53,7 @@ func New(opts Options) *Server {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	s := &Server{opts: opts, log: opts.Log, limits: opts.Limits.withDefaults()}
-	s.cur.Store(newLive(Live{Runners: opts.Runners, MaxBodyBytes: opts.MaxBodyBytes, WriteTimeout: opts.WriteTimeout,
+	s.cur.Store(newLive(Live{Runners: opts.Runners, MaxBodyBytes: opts.MaxBodyBytes, WriteTimeout: opts.WriteTimeout, StreamWriteTimeout: opts.StreamWriteTimeout,
 		DrainDelay: opts.DrainDelay, ShutdownTimeout: opts.ShutdownTimeout, ClientFields: opts.ClientFields, Admission: opts.Admission, Extra: opts.Extra}))
 	s.adm = admission.New(AdmissionClasses, opts.Admission.Limits, opts.AdmissionObserver)
 	if s.log == nil {
@@ -61,7 +61,7 @@ func New(opts Options) *Server {
 	}
 	s.resets = newResetTable(opts.Resets, resetTableSize)
 	s.refusals = newRefusalLog(s.log, opts.refusalEvery)
-	s.base, s.cancelBase = context.WithCancel(context.Background())
+	s.base, s.cancelBase = context.WithCancelCause(context.Background())
 	s.router = s.routes()
 	return s
 }
@@ -160,7 +160,7 @@ func (s *Server) Run(ctx context.Context) int {
 	case err := <-served:
 		s.ready.Store(false)
 		s.log.WithError(err).Error("server stopped")
-		s.cancelBase()
+		s.cancelBase(errShutdownCut)
 		return 1
 	}
 
@@ -190,7 +190,7 @@ func (s *Server) Run(ctx context.Context) int {
 	}
 	// Cancelling the base context cuts what is left (upstream legs
 	// included); cancelled handlers unwind quickly.
-	s.cancelBase()
+	s.cancelBase(errShutdownCut)
 	if cut > 0 {
 		s.log.WithField("cut", cut).Error("shutdown: budget exhausted, in-flight requests cut")
 	}

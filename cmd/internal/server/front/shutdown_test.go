@@ -200,4 +200,59 @@ func TestShutdownCutsAfterBudget(t *testing.T) {
 	if len(lines) != 1 || lines[0]["cut"] != float64(1) {
 		t.Fatalf("cut line: %s", h.logs.String())
 	}
+	// Issue 17 item 6: the cut is the server's doing, not the client's.
+	lines = findLog(t, h.logs, "partial response")
+	if len(lines) != 1 || lines[0]["code"] != "shutdown_cut" || lines[0]["level"] != "warning" {
+		t.Fatalf("the cut stream's summary line: %v", lines)
+	}
+}
+
+// Issue 17 item 6: a request cut by the shutdown budget before anything
+// was written gets 503 shutdown_cut (it used to be logged as the client's
+// client_closed_request, and its client got an empty 200).
+func TestShutdownCutBeforeReply(t *testing.T) {
+	entered := make(chan struct{})
+	r := &fakeRunner{serve: func(run *engine.Run) *engine.Report {
+		close(entered)
+		<-run.Ctx.Done()
+		e := engine.AsError(run.Ctx.Err())
+		e.Node = "decode"
+		return &engine.Report{Workflow: "fake", Err: e, Outcomes: []engine.Outcome{
+			{Node: "decode", Type: "decode", Status: engine.StatusCancelled, Err: e}}}
+	}}
+	obs := &observations{}
+	h := start(t, r, func(o *Options) { o.ShutdownTimeout = 200 * time.Millisecond; o.Observe = obs.observe })
+	got := h.send(t, "")
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request never started")
+	}
+	if code := h.shutdown(t); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	rep := <-got
+	if rep.resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("cut request: %d %s, want 503", rep.resp.StatusCode, rep.body)
+	}
+	if _, typ, code := errorReply(t, rep.resp, rep.body); typ != "server_error" || code != "shutdown_cut" {
+		t.Fatalf("cut request: %s %s", typ, code)
+	}
+	lines := findLog(t, h.logs, "request")
+	var found bool
+	for _, l := range lines {
+		if l["code"] == "shutdown_cut" && l["status"] == float64(503) && l["level"] == "warning" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no shutdown_cut summary line: %s", h.logs.String())
+	}
+	// The node the cut cancelled is counted as cut (node outcome reason).
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if len(obs.obs) != 1 || obs.obs[0].Status != 503 || obs.obs[0].Report == nil ||
+		obs.obs[0].Report.Outcomes[0].Err.Code() != "shutdown_cut" || obs.obs[0].Report.Outcomes[0].Err.Node != "decode" {
+		t.Fatalf("observation: %+v", obs.obs)
+	}
 }
