@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +47,9 @@ type Dispatcher struct {
 	running map[string]*job // tenant:id → the run this replica holds
 	wg      sync.WaitGroup
 	slots   chan struct{}
+
+	claimErrs    int // failed claims since the last log line
+	lastClaimLog time.Time
 }
 
 type job struct {
@@ -85,7 +89,26 @@ func NewDispatcher(rt *Runtime, b *async.Builtin, o DispatcherOptions) *Dispatch
 func (d *Dispatcher) Run(ctx context.Context, drain time.Duration) {
 	go d.rt.Metrics.pollDepths(ctx, d.b, 5*time.Second)
 	idle := 50 * time.Millisecond
+	// While Redis refuses (at its memory limit, read-only, loading, or
+	// away) claims back off, jittered and capped, instead of hammering it;
+	// the first success resets the pause.
+	bo := async.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	ensured := false
 	for ctx.Err() == nil {
+		if !ensured {
+			// The consumer groups: created here too (not only at start-up)
+			// so a Redis that lost them (restarted without AOF) gets them
+			// back and a replica started while Redis refused writes starts
+			// once it accepts them.
+			if err := d.b.Ensure(ctx); err != nil {
+				if ctx.Err() == nil {
+					d.log.WithError(err).Warn("async: cannot create the consumer groups; retrying")
+					sleep(ctx, bo.Next())
+				}
+				continue
+			}
+			ensured = true
+		}
 		d.rt.Metrics.gauge(d.gate.budget(), len(d.slots))
 		free := min(d.o.Concurrency-len(d.slots), d.gate.spare(time.Now()))
 		if free <= 0 {
@@ -93,17 +116,23 @@ func (d *Dispatcher) Run(ctx context.Context, drain time.Duration) {
 			continue
 		}
 		ds, st, err := d.b.Claim(ctx, d.o.Consumer, free, 200*time.Millisecond)
-		if err != nil {
-			if ctx.Err() == nil {
-				d.log.WithError(err).Warn("async: claim failed")
-				sleep(ctx, time.Second)
-			}
-			continue
-		}
+		// What was claimed before an error runs all the same.
 		d.rt.Metrics.claimed(len(ds), st)
 		for _, dl := range ds {
 			d.start(dl)
 		}
+		if err != nil {
+			if ctx.Err() == nil {
+				if strings.Contains(err.Error(), "NOGROUP") {
+					ensured = false
+				}
+				d.rt.Metrics.claimErrorInc()
+				d.logClaimError(err)
+				sleep(ctx, bo.Next())
+			}
+			continue
+		}
+		bo.Reset()
 	}
 	done := make(chan struct{})
 	go func() { d.wg.Wait(); close(done) }()
@@ -120,6 +149,23 @@ func (d *Dispatcher) Run(ctx context.Context, drain time.Duration) {
 		d.mu.Unlock()
 		<-done
 	}
+}
+
+// logClaimError logs a failed claim at most once per 10 s (with the count
+// of those not logged): a Redis that refuses writes for minutes fails every
+// claim, and one line per failure would flood the log.
+func (d *Dispatcher) logClaimError(err error) {
+	d.mu.Lock()
+	d.claimErrs++
+	now := time.Now()
+	if now.Sub(d.lastClaimLog) < 10*time.Second {
+		d.mu.Unlock()
+		return
+	}
+	n := d.claimErrs
+	d.claimErrs, d.lastClaimLog = 0, now
+	d.mu.Unlock()
+	d.log.WithError(err).WithField("failures", n).Warn("async: claim failed (backing off; queued requests are kept and retried)")
 }
 
 func sleep(ctx context.Context, d time.Duration) {
