@@ -157,3 +157,20 @@ func TestRedisFullDeadLettersNothing(t *testing.T) {
 		t.Fatalf("the replica started while full did not dispatch: %v", legs)
 	}
 }
+
+// clientsOf is INFO clients' connected_clients.
+func clientsOf(t *testing.T, s *stack) int {
+	t.Helper()
+	info, err := s.rdb.Info(context.Background(), "clients").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "connected_clients:"); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	t.Fatal("no connected_clients")
+	return 0
+}
