@@ -153,9 +153,12 @@ local f = redis.call('HMGET', KEYS[1], 'state', 'deleted', 'status', 'result', '
 if not f[1] or f[2] == '1' then return {'unknown'} end
 if f[1] == 'done' then
   if f[7] ~= '1' then
-    redis.call('HSET', KEYS[1], 'fetched', '1')
+    -- PEXPIRE first: a Redis at its memory limit refuses HSET as a
+    -- script's first write, and a result must stay readable then (fetching
+    -- results is how memory comes back). pcall: the flag only saves work.
     local ttl = redis.call('PTTL', KEYS[1])
     if ttl < 0 or ttl > tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+    redis.pcall('HSET', KEYS[1], 'fetched', '1')
   end
   return {'done', f[3], f[4], f[5] or '', f[6] or ''}
 end
