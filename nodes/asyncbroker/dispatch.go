@@ -251,9 +251,7 @@ func (d *Dispatcher) execute(ctx context.Context, dl *async.Delivery, j *job) {
 	default:
 		res = async.Result{Status: rec.status, Body: rec.body.Bytes()}
 	}
-	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ok, err := d.b.Finish(c, dl, res)
+	ok, err := d.finish(dl, res, j)
 	switch {
 	case err != nil:
 		d.log.WithError(err).WithField("request_id", dl.ID).Warn("async: storing the result failed (redelivered after the lease)")
@@ -262,6 +260,49 @@ func (d *Dispatcher) execute(ctx context.Context, dl *async.Delivery, j *job) {
 		d.log.WithField("request_id", dl.ID).Info("async: result dropped: the claim was taken over")
 	default:
 		d.gate.succeeded()
+	}
+}
+
+// finishRetryFor bounds how long a finished run keeps trying to store its
+// result while Redis refuses (a Redis at its memory limit refuses the
+// write, but not the renew that keeps the claim): a Redis-full episode is
+// minutes, and giving up means running the request again.
+const finishRetryFor = 5 * time.Minute
+
+// finish stores the result, retrying with backoff while Redis fails and
+// the claim is still held (renewed meanwhile), until finishRetryFor, the
+// end of the drain, or a lost claim.
+func (d *Dispatcher) finish(dl *async.Delivery, res async.Result, j *job) (bool, error) {
+	var stopRenew func()
+	defer func() {
+		if stopRenew != nil {
+			stopRenew()
+		}
+	}()
+	bo := async.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	start := time.Now()
+	for {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ok, err := d.b.Finish(c, dl, res)
+		cancel()
+		if err == nil {
+			return ok, nil
+		}
+		d.mu.Lock()
+		lost, shutdown := j.lost, j.shutdown
+		d.mu.Unlock()
+		if lost || shutdown || time.Since(start) > finishRetryFor {
+			return false, err
+		}
+		if stopRenew == nil {
+			// The run's context may be over (its deadline): renew under
+			// one of our own while we retry.
+			rctx, rcancel := context.WithCancel(context.Background())
+			stop := d.renew(rctx, dl, j)
+			stopRenew = func() { rcancel(); stop() }
+		}
+		d.rt.Metrics.claimErrorInc()
+		time.Sleep(bo.Next())
 	}
 }
 

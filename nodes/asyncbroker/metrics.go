@@ -41,7 +41,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "celflow_async_fenced_finishes_total",
 			Help: "Results dropped because the claim had been taken over."}),
 		claimErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "celflow_async_claim_errors_total",
-			Help: "Claims Redis refused or failed (memory limit, read-only, away); the dispatcher backs off."}),
+			Help: "Claims and result stores Redis refused or failed (memory limit, read-only, away); the dispatcher backs off and retries."}),
 		waiters: prometheus.NewGauge(prometheus.GaugeOpts{Name: "celflow_async_waiters",
 			Help: "Long-polls (GET ?wait and wait mode) this replica holds."}),
 		waitRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "celflow_async_waits_refused_total",

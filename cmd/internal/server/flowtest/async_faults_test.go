@@ -174,3 +174,42 @@ func clientsOf(t *testing.T, s *stack) int {
 	t.Fatal("no connected_clients")
 	return 0
 }
+
+// A run that finishes while Redis is full keeps its claim (renewing, which
+// Redis still accepts) and retries storing the result: the request is not
+// run a second time after the lease.
+func TestRedisFullFinishRetried(t *testing.T) {
+	const lease = 200 * time.Millisecond
+	s := newStack(t, stackOpts{builtin: async.BuiltinConfig{Lease: lease, MaxDeliveries: 3}})
+	ctx := context.Background()
+	hold := make(chan struct{})
+	s.w.setHold(hold)
+	enqueue(s, "fin1", chatBody)
+	select {
+	case <-s.w.started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request did not start")
+	}
+	if err := s.rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	close(hold) // the run finishes while Redis refuses its result
+	// Past several leases: without the retry the claim idles out and the
+	// request is claimed again (and run again once Redis accepts it).
+	time.Sleep(10 * lease)
+	if err := s.rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.do("GET", "/v1/requests/fin1?wait=30", ""); r.status != 200 {
+		t.Fatalf("result: %d %s", r.status, r.body)
+	}
+	// A second run, had there been one, would have started by now: give a
+	// redelivery the time it needs (two leases past the result) to show.
+	time.Sleep(3 * lease)
+	if legs := legsOf(s.w); legs["fin1"] != 1 {
+		t.Fatalf("ran %d times, want 1", legs["fin1"])
+	}
+}
