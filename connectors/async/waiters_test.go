@@ -146,3 +146,24 @@ func TestBackoffBounded(t *testing.T) {
 		t.Fatalf("after Reset: %v, want at most Min", d)
 	}
 }
+
+// With Redis away, only the first watch waits for the subscription (up to
+// ReadyTimeout); later ones return at once and the callers poll.
+func TestWaitersRedisAwayWaitsOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+	defer rdb.Close()
+	srv.Stop()
+	w := NewWaiters(rdb, WaitersConfig{Channels: []string{"ev"}, ReadyTimeout: 200 * time.Millisecond})
+	defer w.Close()
+	_, stop := w.Watch("a")
+	stop()
+	start := time.Now()
+	for i := 0; i < 20; i++ {
+		_, stop := w.Watch("a")
+		stop()
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("20 watches with Redis away took %v: each waited for the subscription", d)
+	}
+}
