@@ -38,7 +38,8 @@ func (rt *Runtime) GetHandler(pathVar func(*http.Request, string) string, bind f
 			} else if wait > 0 {
 				defer rt.leaveWait()
 			}
-			w.Header().Set(HeaderWait, strconv.Itoa(int(wait/time.Second)))
+			// Whole seconds, rounded up: 0 only when no wait was held.
+			w.Header().Set(HeaderWait, strconv.Itoa(int((wait+time.Second-1)/time.Second)))
 		}
 		rec, err := rt.fetchWait(r.Context(), tenant, id, wait)
 		if err != nil {
