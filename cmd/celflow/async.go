@@ -66,7 +66,7 @@ func newAsync(a config.Async, reg prometheus.Registerer, log *logrus.Logger) (*a
 func asyncSettings(a config.Async) asyncbroker.Settings {
 	return asyncbroker.Settings{Queues: a.Queues, Tiers: a.Tiers,
 		WaitDefault: a.WaitTimeout, WaitMax: a.WaitMax, EnqueueDefault: a.EnqueueTimeout, WaitCap: a.WaitCap,
-		PollInterval: a.PollInterval, MaxInlineBytes: a.MaxInlineBytes}
+		MaxWaiters: a.MaxWaiters, PollInterval: a.PollInterval, MaxInlineBytes: a.MaxInlineBytes}
 }
 
 // services are what the async machinery lends every generation's nodes

@@ -24,7 +24,7 @@ type BuiltinConfig struct {
 	Lanes         []string      // lanes (tiers) in priority order, first served first ["interactive","async","batch"]
 	ResultTTL     time.Duration // a result's life after it is written [24h]
 	Grace         time.Duration // a result's remaining life after its first fetch [60s]
-	MaxDeliveries int           // deliveries before dead-lettering [3]
+	MaxDeliveries int           // runs started before dead-lettering [3]
 	Lease         time.Duration // a claim not renewed for this long is redelivered [30s]
 	TenantBacklog int           // queued+running per tenant, 0 = unbounded
 	QueueBacklog  int           // queued+running per queue, 0 = unbounded
@@ -65,6 +65,13 @@ type Builtin struct {
 
 	sweepMu   sync.Mutex
 	lastSweep time.Time
+
+	// stash holds entries delivered to a consumer whose claim script
+	// failed (Redis refused the write, the connection dropped): they sit in
+	// that consumer's pending list, and the next Claim retries them first
+	// instead of leaving them to a redelivery after the lease.
+	stashMu sync.Mutex
+	stash   map[string][]stashed
 }
 
 // NewBuiltin wraps a client; Ensure creates the consumer groups.
@@ -93,17 +100,37 @@ func (b *Builtin) DeadLetters() string { return b.cfg.Prefix + "dead" }
 
 func (b *Builtin) chan_() string { return b.cfg.Prefix + "events" }
 
-// Ensure creates every stream's consumer group (idempotent).
+// Ensure creates every stream's consumer group (idempotent). A group that
+// exists is left alone without a write: XGROUP CREATE is refused by a Redis
+// at its memory limit even when the group exists, and a replica started
+// then must still be able to start.
 func (b *Builtin) Ensure(ctx context.Context) error {
 	for _, q := range b.cfg.Queues {
 		for _, l := range b.cfg.Lanes {
-			err := b.rdb.XGroupCreateMkStream(ctx, b.Stream(q, l), b.cfg.Group, "0").Err()
+			s := b.Stream(q, l)
+			if b.hasGroup(ctx, s) {
+				continue
+			}
+			err := b.rdb.XGroupCreateMkStream(ctx, s, b.cfg.Group, "0").Err()
 			if err != nil && !strings.Contains(err.Error(), "BUSYGROUP") {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+func (b *Builtin) hasGroup(ctx context.Context, stream string) bool {
+	gs, err := b.rdb.XInfoGroups(ctx, stream).Result()
+	if err != nil {
+		return false
+	}
+	for _, g := range gs {
+		if g.Name == b.cfg.Group {
+			return true
+		}
+	}
+	return false
 }
 
 // HasQueue reports whether q is one of the configured queues.

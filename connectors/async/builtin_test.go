@@ -248,3 +248,58 @@ func TestRedisRestartWithAOF(t *testing.T) {
 		t.Fatalf("the queued request after the restart: %v %v", ds2, err)
 	}
 }
+
+// A Redis at its memory limit (noeviction) still serves stored results (a
+// fetch is how memory comes back) and refuses a claim without a trace:
+// the request is not marked running and no run is counted.
+func TestRedisFullReadsAndClaims(t *testing.T) {
+	ctx := context.Background()
+	b := newBuiltin(t, BuiltinConfig{})
+	for _, id := range []string{"done1", "q1"} {
+		if _, err := b.Submit(ctx, job(id, `{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds, _, err := b.Claim(ctx, "c", 1, 0)
+	if err != nil || len(ds) != 1 || ds[0].ID != "done1" {
+		t.Fatalf("claim: %v %v", ds, err)
+	}
+	if ok, err := b.Finish(ctx, ds[0], Result{Status: 200, Body: []byte(`{"r":1}`)}); !ok || err != nil {
+		t.Fatalf("finish: %v %v", ok, err)
+	}
+	// Full: maxmemory below what is in use, so every write that may grow
+	// memory is refused.
+	if err := b.rdb.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.rdb.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer b.rdb.ConfigSet(ctx, "maxmemory", "0")
+	if err := b.rdb.Set(ctx, "probe", "x", 0).Err(); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("Redis accepts writes while full: %v", err)
+	}
+	r, err := b.Fetch(ctx, "t1", "done1")
+	if err != nil || r.Result.Status != 200 {
+		t.Fatalf("fetch of a stored result while full: %+v %v", r, err)
+	}
+	if ttl := b.rdb.PTTL(ctx, b.jobKey("t1", "done1")).Val(); ttl > b.cfg.Grace {
+		t.Fatalf("ttl after the first fetch %v, want ≤ grace", ttl)
+	}
+	if _, _, err := b.Claim(ctx, "c", 1, 0); err == nil {
+		t.Fatal("a claim succeeded while Redis was full")
+	}
+	if n := b.Stashed("c"); n != 1 {
+		t.Fatalf("stashed %d, want the refused entry", n)
+	}
+	if r, _ := b.Fetch(ctx, "t1", "q1"); r.State != StateQueued {
+		t.Fatalf("refused claim left state %q", r.State)
+	}
+	if err := b.rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	ds, _, err = b.Claim(ctx, "c", 1, 0)
+	if err != nil || len(ds) != 1 || ds[0].ID != "q1" || ds[0].Deliveries != 1 {
+		t.Fatalf("claim after the episode: %+v %v", ds, err)
+	}
+}

@@ -21,7 +21,7 @@ type Delivery struct {
 	Body         []byte
 	Headers      map[string]string
 	Deadline     time.Time
-	Deliveries   int  // times delivered, this one included
+	Deliveries   int  // runs started, this one included (Redis's delivery counter is not used: a claim Redis refused is no run)
 	Redelivered  bool // came from XAUTOCLAIM (another claimer held it)
 	consumer     string
 	tenantKey    string
@@ -33,13 +33,36 @@ type Claimed struct {
 	Skipped, DeadLettered, Redelivered int
 }
 
-// Claim takes up to n requests for consumer: first entries whose claimer
-// stopped renewing (XAUTOCLAIM, at most every Lease/4), then new entries
-// lane by lane in priority order, queue by queue. With nothing new and
-// block > 0 it waits up to block for one.
+// stashed is an entry delivered to a consumer but not yet through the claim
+// script (see Builtin.stash).
+type stashed struct {
+	q, l, s     string
+	m           redis.XMessage
+	redelivered bool
+}
+
+// Claim takes up to n requests for consumer: first entries delivered to it
+// earlier whose claim script failed, then entries whose claimer stopped
+// renewing (XAUTOCLAIM, at most every Lease/4), then new entries lane by
+// lane in priority order, queue by queue. With nothing new and block > 0 it
+// waits up to block for one.
+//
+// An error (Redis refusing writes, at its memory limit or read-only; a
+// dropped connection) leaves every entry this call had been delivered in
+// the stash: the next call retries them, and neither the failed attempts
+// nor Redis's own delivery counter count towards max_deliveries (runs do).
 func (b *Builtin) Claim(ctx context.Context, consumer string, n int, block time.Duration) ([]*Delivery, Claimed, error) {
 	var out []*Delivery
 	var st Claimed
+	if pend := b.takeStash(consumer); len(pend) > 0 {
+		k := min(n, len(pend))
+		got, err := b.claimAll(ctx, consumer, pend[:k], &st)
+		out = append(out, got...)
+		b.putStash(consumer, pend[k:])
+		if err != nil || len(out) >= n {
+			return out, st, err
+		}
+	}
 	if b.sweepDue() {
 		for _, l := range b.cfg.Lanes {
 			for _, q := range b.cfg.Queues {
@@ -52,16 +75,10 @@ func (b *Builtin) Claim(ctx context.Context, consumer string, n int, block time.
 				if err != nil && !errors.Is(err, redis.Nil) {
 					return out, st, err
 				}
-				for _, m := range msgs {
-					d, err := b.claimOne(ctx, consumer, q, l, s, m, &st)
-					if err != nil {
-						return out, st, err
-					}
-					if d != nil {
-						d.Redelivered = true
-						st.Redelivered++
-						out = append(out, d)
-					}
+				got, err := b.claimAll(ctx, consumer, entries(q, l, s, msgs, true), &st)
+				out = append(out, got...)
+				if err != nil {
+					return out, st, err
 				}
 			}
 		}
@@ -72,10 +89,10 @@ func (b *Builtin) Claim(ctx context.Context, consumer string, n int, block time.
 				return out, st, nil
 			}
 			got, err := b.read(ctx, consumer, q, l, n-len(out), -1, &st)
+			out = append(out, got...)
 			if err != nil {
 				return out, st, err
 			}
-			out = append(out, got...)
 		}
 	}
 	if len(out) == 0 && block > 0 {
@@ -85,6 +102,65 @@ func (b *Builtin) Claim(ctx context.Context, consumer string, n int, block time.
 		return got, st, err
 	}
 	return out, st, nil
+}
+
+func entries(q, l, s string, msgs []redis.XMessage, redelivered bool) []stashed {
+	out := make([]stashed, len(msgs))
+	for i, m := range msgs {
+		out[i] = stashed{q: q, l: l, s: s, m: m, redelivered: redelivered}
+	}
+	return out
+}
+
+// claimAll runs the claim script on each entry; at the first error the
+// entry and those after it go to the stash.
+func (b *Builtin) claimAll(ctx context.Context, consumer string, es []stashed, st *Claimed) ([]*Delivery, error) {
+	var out []*Delivery
+	for i, e := range es {
+		d, err := b.claimOne(ctx, consumer, e.q, e.l, e.s, e.m, st)
+		if err != nil {
+			b.putStash(consumer, es[i:])
+			return out, err
+		}
+		if d != nil {
+			if e.redelivered {
+				d.Redelivered = true
+				st.Redelivered++
+			}
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+func (b *Builtin) takeStash(consumer string) []stashed {
+	b.stashMu.Lock()
+	defer b.stashMu.Unlock()
+	es := b.stash[consumer]
+	delete(b.stash, consumer)
+	return es
+}
+
+// putStash keeps es for consumer's next Claim (after what is there: the
+// stash keeps delivery order).
+func (b *Builtin) putStash(consumer string, es []stashed) {
+	if len(es) == 0 {
+		return
+	}
+	b.stashMu.Lock()
+	defer b.stashMu.Unlock()
+	if b.stash == nil {
+		b.stash = map[string][]stashed{}
+	}
+	b.stash[consumer] = append(b.stash[consumer], es...)
+}
+
+// Stashed is the number of entries delivered to consumer that wait for a
+// retry of their claim (tests, metrics).
+func (b *Builtin) Stashed(consumer string) int {
+	b.stashMu.Lock()
+	defer b.stashMu.Unlock()
+	return len(b.stash[consumer])
 }
 
 // readAny blocks up to block for one new entry of any stream.
@@ -111,20 +187,12 @@ func (b *Builtin) readAny(ctx context.Context, consumer string, block time.Durat
 	if err != nil {
 		return nil, err
 	}
-	var out []*Delivery
+	var es []stashed
 	for _, str := range res {
 		w := where[str.Stream]
-		for _, m := range str.Messages {
-			d, err := b.claimOne(ctx, consumer, w.q, w.l, str.Stream, m, st)
-			if err != nil {
-				return out, err
-			}
-			if d != nil {
-				out = append(out, d)
-			}
-		}
+		es = append(es, entries(w.q, w.l, str.Stream, str.Messages, false)...)
 	}
-	return out, nil
+	return b.claimAll(ctx, consumer, es, st)
 }
 
 func (b *Builtin) sweepDue() bool {
@@ -148,19 +216,11 @@ func (b *Builtin) read(ctx context.Context, consumer, q, l string, n int, block 
 	if err != nil {
 		return nil, err
 	}
-	var out []*Delivery
+	var es []stashed
 	for _, str := range res {
-		for _, m := range str.Messages {
-			d, err := b.claimOne(ctx, consumer, q, l, s, m, st)
-			if err != nil {
-				return out, err
-			}
-			if d != nil {
-				out = append(out, d)
-			}
-		}
+		es = append(es, entries(q, l, s, str.Messages, false)...)
 	}
-	return out, nil
+	return b.claimAll(ctx, consumer, es, st)
 }
 
 // claimOne runs the claim script on one delivered entry: it ends the

@@ -9,7 +9,7 @@ import "github.com/redis/go-redis/v9"
 // is fenced here, and its late result is dropped.
 //
 // Job hash fields: tenant id queue lane path body hash headers created
-// deadline (unix ms) state entry stream owner cancel deleted | status result
+// deadline (unix ms) state entry stream owner cancel deleted runs | status result
 // code msg fetched.
 
 // luaCommon is prepended to the scripts that end a request.
@@ -66,7 +66,7 @@ return {'created', 'queued'}
 var claimScript = redis.NewScript(luaCommon + `
 local who, n = owner(KEYS[1], ARGV[1], ARGV[3])
 if who ~= ARGV[2] then return {'lost'} end
-local f = redis.call('HMGET', KEYS[2], 'entry', 'state', 'deleted', 'cancel', 'deadline')
+local f = redis.call('HMGET', KEYS[2], 'entry', 'state', 'deleted', 'cancel', 'deadline', 'runs')
 if f[1] ~= ARGV[3] or f[2] == 'done' then
   unqueue(KEYS[1], ARGV[1], ARGV[3])
   return {'skip'}
@@ -85,15 +85,19 @@ if tonumber(f[5]) <= tonumber(ARGV[4]) then
   terminal(KEYS[2], KEYS[1], ARGV[1], ARGV[3], KEYS[3], KEYS[4], ARGV[7], ARGV[8], 0, '', 'DEADLINE_EXCEEDED', 'deadline exceeded in the queue', ARGV[6])
   return {'skip'}
 end
-if n > tonumber(ARGV[5]) then
-  redis.call('XADD', KEYS[5], '*', 'member', ARGV[8], 'entry', ARGV[3], 'deliveries', n)
+-- Runs, not Redis deliveries: the stream's delivery counter also counts
+-- deliveries whose claim Redis refused (at its memory limit, say), so a
+-- full Redis would dead-letter requests that never ran.
+local runs = tonumber(f[6] or '0')
+if runs >= tonumber(ARGV[5]) then
+  redis.call('XADD', KEYS[5], '*', 'member', ARGV[8], 'entry', ARGV[3], 'runs', runs, 'deliveries', n)
   terminal(KEYS[2], KEYS[1], ARGV[1], ARGV[3], KEYS[3], KEYS[4], ARGV[7], ARGV[8], 0, '', 'DEAD_LETTERED',
-    'delivered ' .. n .. ' times without a result (max_deliveries)', ARGV[6])
+    'started ' .. runs .. ' times without a result (max_deliveries)', ARGV[6])
   return {'dead'}
 end
-redis.call('HSET', KEYS[2], 'state', 'in_progress', 'owner', ARGV[2])
+redis.call('HSET', KEYS[2], 'state', 'in_progress', 'owner', ARGV[2], 'runs', runs + 1)
 local j = redis.call('HMGET', KEYS[2], 'path', 'body', 'headers', 'deadline')
-return {'run', j[1], j[2], j[3], j[4], tostring(n)}
+return {'run', j[1], j[2], j[3], j[4], tostring(runs + 1)}
 `)
 
 // KEYS stream job tkey qkey; ARGV group consumer entry status body code msg ttl chan member.
@@ -128,7 +132,7 @@ return 0
 
 // KEYS stream job; ARGV group consumer entry. Puts a claimed request back
 // at the end of its stream (a worker answered 429): a fresh entry, so the
-// refusal does not count as a delivery towards max_deliveries.
+// refusal does not count as a run towards max_deliveries.
 var requeueScript = redis.NewScript(luaCommon + `
 local who = owner(KEYS[1], ARGV[1], ARGV[3])
 if who ~= ARGV[2] then return 0 end
@@ -138,6 +142,8 @@ unqueue(KEYS[1], ARGV[1], ARGV[3])
 local e = redis.call('XADD', KEYS[1], '*', 't', f[3], 'i', f[4])
 redis.call('HSET', KEYS[2], 'state', 'queued', 'entry', e)
 redis.call('HDEL', KEYS[2], 'owner')
+-- The refused run is not counted either.
+if tonumber(redis.call('HINCRBY', KEYS[2], 'runs', -1)) < 0 then redis.call('HSET', KEYS[2], 'runs', 0) end
 return 1
 `)
 
@@ -147,9 +153,12 @@ local f = redis.call('HMGET', KEYS[1], 'state', 'deleted', 'status', 'result', '
 if not f[1] or f[2] == '1' then return {'unknown'} end
 if f[1] == 'done' then
   if f[7] ~= '1' then
-    redis.call('HSET', KEYS[1], 'fetched', '1')
+    -- PEXPIRE first: a Redis at its memory limit refuses HSET as a
+    -- script's first write, and a result must stay readable then (fetching
+    -- results is how memory comes back). pcall: the flag only saves work.
     local ttl = redis.call('PTTL', KEYS[1])
     if ttl < 0 or ttl > tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+    redis.pcall('HSET', KEYS[1], 'fetched', '1')
   end
   return {'done', f[3], f[4], f[5] or '', f[6] or ''}
 end

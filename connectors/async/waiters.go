@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,6 +36,7 @@ type Waiters struct {
 	started bool
 	closed  bool
 	ready   chan struct{} // closed once the first subscription is confirmed
+	gaveUp  atomic.Bool   // a wait for ready ran out: do not wait again
 	cancel  context.CancelFunc
 	ps      *redis.PubSub // set by loop; Close closes it to end a blocked Receive
 	done    chan struct{} // closed when the receive loop has ended
@@ -88,12 +90,19 @@ func (w *Waiters) Start() {
 	w.waitReady()
 }
 
+// waitReady waits for the first confirmation, up to ReadyTimeout, once:
+// after one wait ran out (Redis away, SUBSCRIBE refused) later watches do
+// not wait again, the callers' polling answers until it comes.
 func (w *Waiters) waitReady() {
+	if w.gaveUp.Load() {
+		return
+	}
 	t := time.NewTimer(w.cfg.ReadyTimeout)
 	defer t.Stop()
 	select {
 	case <-w.ready:
 	case <-t.C:
+		w.gaveUp.Store(true)
 	}
 }
 

@@ -24,9 +24,22 @@ func (rt *Runtime) GetHandler(pathVar func(*http.Request, string) string, bind f
 		if !ok {
 			return
 		}
-		wait, ok := rt.waitParam(w, r, id)
+		wait, asked, ok := rt.waitParam(w, r, id)
 		if !ok {
 			return
+		}
+		if asked {
+			// A long-poll is bounded twice: its length (wait_cap), and how
+			// many this replica holds (max_waiters; above it the current
+			// state at once, as a wait that timed out would answer). The
+			// header tells the client the wait it got.
+			if wait > 0 && !rt.enterWait() {
+				wait = 0
+			} else if wait > 0 {
+				defer rt.leaveWait()
+			}
+			// Whole seconds, rounded up: 0 only when no wait was held.
+			w.Header().Set(HeaderWait, strconv.Itoa(int((wait+time.Second-1)/time.Second)))
 		}
 		rec, err := rt.fetchWait(r.Context(), tenant, id, wait)
 		if err != nil {
@@ -34,7 +47,7 @@ func (rt *Runtime) GetHandler(pathVar func(*http.Request, string) string, bind f
 				return // the client left
 			}
 			rt.Log.WithError(err).WithField("request_id", id).Error("async: fetch failed")
-			writeError(w, http.StatusServiceUnavailable, CodeEnqueueFailed, "the request store is unavailable", id)
+			writeStoreError(w, CodeFetchFailed, id)
 			return
 		}
 		switch rec.State {
@@ -60,7 +73,7 @@ func (rt *Runtime) DeleteHandler(pathVar func(*http.Request, string) string, bin
 		}
 		if err := rt.Backend.Cancel(r.Context(), tenant, id, false); err != nil {
 			rt.Log.WithError(err).WithField("request_id", id).Error("async: cancel failed")
-			writeError(w, http.StatusServiceUnavailable, CodeEnqueueFailed, "the request store is unavailable", id)
+			writeStoreError(w, CodeCancelFailed, id)
 			return
 		}
 		w.Header().Set("X-Request-Id", id)
@@ -97,22 +110,27 @@ func (rt *Runtime) target(w http.ResponseWriter, r *http.Request, pathVar func(*
 	return id, tenant, true
 }
 
-func (rt *Runtime) waitParam(w http.ResponseWriter, r *http.Request, id string) (time.Duration, bool) {
+// waitParam reads ?wait=N, clamped to wait_cap (else the wait-mode
+// maximum); asked reports whether the parameter was sent.
+func (rt *Runtime) waitParam(w http.ResponseWriter, r *http.Request, id string) (wait time.Duration, asked, ok bool) {
 	v := r.URL.Query().Get("wait")
 	if v == "" {
-		return 0, true
+		return 0, false, true
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
 		writeError(w, http.StatusBadRequest, "invalid_request", "wait must be a non-negative integer (seconds)", id)
-		return 0, false
+		return 0, true, false
 	}
-	d := time.Duration(n) * time.Second
 	limit := rt.Settings.WaitMax
 	if rt.Settings.WaitCap > 0 {
 		limit = rt.Settings.WaitCap
 	}
-	return min(d, limit), true
+	// Compare in seconds: a huge N must not overflow a Duration.
+	if int64(n) > int64(limit/time.Second) {
+		return limit, true, true
+	}
+	return time.Duration(n) * time.Second, true, true
 }
 
 // fetchWait fetches, and while the request is pending waits up to wait

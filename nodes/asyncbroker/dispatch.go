@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +47,9 @@ type Dispatcher struct {
 	running map[string]*job // tenant:id → the run this replica holds
 	wg      sync.WaitGroup
 	slots   chan struct{}
+
+	claimErrs    int // failed claims since the last log line
+	lastClaimLog time.Time
 }
 
 type job struct {
@@ -85,7 +89,26 @@ func NewDispatcher(rt *Runtime, b *async.Builtin, o DispatcherOptions) *Dispatch
 func (d *Dispatcher) Run(ctx context.Context, drain time.Duration) {
 	go d.rt.Metrics.pollDepths(ctx, d.b, 5*time.Second)
 	idle := 50 * time.Millisecond
+	// While Redis refuses (at its memory limit, read-only, loading, or
+	// away) claims back off, jittered and capped, instead of hammering it;
+	// the first success resets the pause.
+	bo := async.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	ensured := false
 	for ctx.Err() == nil {
+		if !ensured {
+			// The consumer groups: created here too (not only at start-up)
+			// so a Redis that lost them (restarted without AOF) gets them
+			// back and a replica started while Redis refused writes starts
+			// once it accepts them.
+			if err := d.b.Ensure(ctx); err != nil {
+				if ctx.Err() == nil {
+					d.log.WithError(err).Warn("async: cannot create the consumer groups; retrying")
+					sleep(ctx, bo.Next())
+				}
+				continue
+			}
+			ensured = true
+		}
 		d.rt.Metrics.gauge(d.gate.budget(), len(d.slots))
 		free := min(d.o.Concurrency-len(d.slots), d.gate.spare(time.Now()))
 		if free <= 0 {
@@ -93,17 +116,23 @@ func (d *Dispatcher) Run(ctx context.Context, drain time.Duration) {
 			continue
 		}
 		ds, st, err := d.b.Claim(ctx, d.o.Consumer, free, 200*time.Millisecond)
-		if err != nil {
-			if ctx.Err() == nil {
-				d.log.WithError(err).Warn("async: claim failed")
-				sleep(ctx, time.Second)
-			}
-			continue
-		}
+		// What was claimed before an error runs all the same.
 		d.rt.Metrics.claimed(len(ds), st)
 		for _, dl := range ds {
 			d.start(dl)
 		}
+		if err != nil {
+			if ctx.Err() == nil {
+				if strings.Contains(err.Error(), "NOGROUP") {
+					ensured = false
+				}
+				d.rt.Metrics.claimErrorInc()
+				d.logClaimError(err)
+				sleep(ctx, bo.Next())
+			}
+			continue
+		}
+		bo.Reset()
 	}
 	done := make(chan struct{})
 	go func() { d.wg.Wait(); close(done) }()
@@ -120,6 +149,23 @@ func (d *Dispatcher) Run(ctx context.Context, drain time.Duration) {
 		d.mu.Unlock()
 		<-done
 	}
+}
+
+// logClaimError logs a failed claim at most once per 10 s (with the count
+// of those not logged): a Redis that refuses writes for minutes fails every
+// claim, and one line per failure would flood the log.
+func (d *Dispatcher) logClaimError(err error) {
+	d.mu.Lock()
+	d.claimErrs++
+	now := time.Now()
+	if now.Sub(d.lastClaimLog) < 10*time.Second {
+		d.mu.Unlock()
+		return
+	}
+	n := d.claimErrs
+	d.claimErrs, d.lastClaimLog = 0, now
+	d.mu.Unlock()
+	d.log.WithError(err).WithField("failures", n).Warn("async: claim failed (backing off; queued requests are kept and retried)")
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -205,9 +251,7 @@ func (d *Dispatcher) execute(ctx context.Context, dl *async.Delivery, j *job) {
 	default:
 		res = async.Result{Status: rec.status, Body: rec.body.Bytes()}
 	}
-	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ok, err := d.b.Finish(c, dl, res)
+	ok, err := d.finish(dl, res, j)
 	switch {
 	case err != nil:
 		d.log.WithError(err).WithField("request_id", dl.ID).Warn("async: storing the result failed (redelivered after the lease)")
@@ -216,6 +260,49 @@ func (d *Dispatcher) execute(ctx context.Context, dl *async.Delivery, j *job) {
 		d.log.WithField("request_id", dl.ID).Info("async: result dropped: the claim was taken over")
 	default:
 		d.gate.succeeded()
+	}
+}
+
+// finishRetryFor bounds how long a finished run keeps trying to store its
+// result while Redis refuses (a Redis at its memory limit refuses the
+// write, but not the renew that keeps the claim): a Redis-full episode is
+// minutes, and giving up means running the request again.
+const finishRetryFor = 5 * time.Minute
+
+// finish stores the result, retrying with backoff while Redis fails and
+// the claim is still held (renewed meanwhile), until finishRetryFor, the
+// end of the drain, or a lost claim.
+func (d *Dispatcher) finish(dl *async.Delivery, res async.Result, j *job) (bool, error) {
+	var stopRenew func()
+	defer func() {
+		if stopRenew != nil {
+			stopRenew()
+		}
+	}()
+	bo := async.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	start := time.Now()
+	for {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ok, err := d.b.Finish(c, dl, res)
+		cancel()
+		if err == nil {
+			return ok, nil
+		}
+		d.mu.Lock()
+		lost, shutdown := j.lost, j.shutdown
+		d.mu.Unlock()
+		if lost || shutdown || time.Since(start) > finishRetryFor {
+			return false, err
+		}
+		if stopRenew == nil {
+			// The run's context may be over (its deadline): renew under
+			// one of our own while we retry.
+			rctx, rcancel := context.WithCancel(context.Background())
+			stop := d.renew(rctx, dl, j)
+			stopRenew = func() { rcancel(); stop() }
+		}
+		d.rt.Metrics.claimErrorInc()
+		time.Sleep(bo.Next())
 	}
 }
 

@@ -17,6 +17,9 @@ type Metrics struct {
 	redeliveries prometheus.Counter
 	deadLetters  prometheus.Counter
 	fenced       prometheus.Counter
+	claimErrors  prometheus.Counter
+	waiters      prometheus.Gauge
+	waitRefused  prometheus.Counter
 	served       *prometheus.CounterVec
 	budget       prometheus.Gauge
 	running      prometheus.Gauge
@@ -37,6 +40,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Requests dead-lettered after max_deliveries."}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{Name: "celflow_async_fenced_finishes_total",
 			Help: "Results dropped because the claim had been taken over."}),
+		claimErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "celflow_async_claim_errors_total",
+			Help: "Claims and result stores Redis refused or failed (memory limit, read-only, away); the dispatcher backs off and retries."}),
+		waiters: prometheus.NewGauge(prometheus.GaugeOpts{Name: "celflow_async_waiters",
+			Help: "Long-polls (GET ?wait and wait mode) this replica holds."}),
+		waitRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "celflow_async_waits_refused_total",
+			Help: "Long-polls answered at once because async.max_waiters were held."}),
 		served: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "celflow_async_results_served_total",
 			Help: "GET /v1/requests/{id} answers by kind (result, pending, expired)."}, []string{"kind"}),
 		budget: prometheus.NewGauge(prometheus.GaugeOpts{Name: "celflow_async_gate_budget",
@@ -48,7 +57,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		oldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "celflow_async_oldest_age_seconds",
 			Help: "Age of the oldest entry of each queue lane."}, []string{"queue", "lane"}),
 	}
-	reg.MustRegister(m.submits, m.dispatches, m.redeliveries, m.deadLetters, m.fenced, m.served,
+	reg.MustRegister(m.submits, m.dispatches, m.redeliveries, m.deadLetters, m.fenced, m.claimErrors, m.waiters, m.waitRefused, m.served,
 		m.budget, m.running, m.depth, m.oldest)
 	return m
 }
@@ -110,4 +119,25 @@ func (m *Metrics) gauge(budget, running int) {
 		m.budget.Set(float64(budget))
 		m.running.Set(float64(running))
 	}
+}
+
+func (m *Metrics) claimErrorInc() {
+	if m == nil {
+		return
+	}
+	m.claimErrors.Inc()
+}
+
+func (m *Metrics) waitersAdd(d int) {
+	if m == nil {
+		return
+	}
+	m.waiters.Add(float64(d))
+}
+
+func (m *Metrics) waitRefusedInc() {
+	if m == nil {
+		return
+	}
+	m.waitRefused.Inc()
 }

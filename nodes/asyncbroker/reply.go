@@ -14,6 +14,8 @@ import (
 // case).
 const (
 	CodeEnqueueFailed       = "ENQUEUE_FAILED"       // 503: Redis unavailable at submit
+	CodeFetchFailed         = "FETCH_FAILED"         // 503: Redis unavailable at GET /v1/requests/{id}
+	CodeCancelFailed        = "CANCEL_FAILED"        // 503: Redis unavailable at DELETE /v1/requests/{id}
 	CodeQueueFull           = "QUEUE_FULL"           // 429: a backlog bound
 	CodeIdempotencyConflict = "IDEMPOTENCY_CONFLICT" // 409: same id, another body
 	CodeUnknownRequest      = "UNKNOWN_REQUEST"      // 410: unknown, expired, deleted, another tenant's
@@ -46,8 +48,27 @@ func writeError(w http.ResponseWriter, status int, code, msg, id string) {
 	_, _ = w.Write(out)
 }
 
-// writePending is the 202 of a queued or running request (and of an
-// enqueue that reattached to a finished one: status "done", fetch it).
+// HeaderWait answers a GET with ?wait=N: the seconds the long-poll was
+// granted, after the wait_cap clamp; 0 when max_waiters long-polls were
+// held and the current state was answered at once.
+const HeaderWait = "X-Celflow-Wait"
+
+// storeRetryAfter is the Retry-After of a 503 for an unavailable request
+// store: Redis restarts, fails over or frees memory in seconds.
+const storeRetryAfter = 2 * time.Second
+
+// writeStoreError is the 503 of a request store (Redis) that failed: the
+// operation's code and a Retry-After; the Redis error goes to the log only.
+func writeStoreError(w http.ResponseWriter, code, id string) {
+	w.Header().Set("Retry-After", strconv.Itoa(int(storeRetryAfter/time.Second)))
+	msg := "the request store is unavailable; retry later"
+	if code == CodeEnqueueFailed {
+		msg = "the request could not be queued: the request store is unavailable; retry later"
+	}
+	writeError(w, http.StatusServiceUnavailable, code, msg, id)
+}
+
+// writePending is the 202 of a queued or running request.
 func writePending(w http.ResponseWriter, id string, st async.State, retry time.Duration) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -57,12 +78,8 @@ func writePending(w http.ResponseWriter, id string, st async.State, retry time.D
 	if st == "" {
 		st = async.StateQueued
 	}
-	status := "pending"
-	if st == async.StateDone {
-		status = "done"
-	}
 	w.WriteHeader(http.StatusAccepted)
-	_, _ = w.Write([]byte(`{"id":"` + id + `","status":"` + status + `","state":"` + string(st) + `"}`))
+	_, _ = w.Write([]byte(`{"id":"` + id + `","status":"pending","state":"` + string(st) + `"}`))
 }
 
 // codeStatus maps a stored terminal error to the GET status (docs/async.md, Client API).

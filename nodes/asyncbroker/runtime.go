@@ -2,6 +2,7 @@ package asyncbroker
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -16,7 +17,11 @@ type Settings struct {
 	WaitDefault    time.Duration // wait mode's deadline without the header [60s]
 	WaitMax        time.Duration // longest wait-mode deadline [1h]
 	EnqueueDefault time.Duration // enqueue mode's deadline without the header [1h]
-	WaitCap        time.Duration // longest hold before a 202 (0: the deadline) [0]
+	WaitCap        time.Duration // longest hold before a 202 (0: the deadline; the serve config defaults it to 60s) [0]
+	// MaxWaiters bounds the long-polls (GET ?wait, wait mode) this replica
+	// holds at once; above it a long-poll is answered at once with the
+	// current state (0: no bound; the serve config defaults it to 1000) [0].
+	MaxWaiters     int
 	PollInterval   time.Duration // wait-mode polling fallback, and Retry-After on 202s [1s]
 	MaxInlineBytes int           // largest body queued (413 above) [4 MiB]
 }
@@ -54,7 +59,30 @@ type Runtime struct {
 	Settings Settings
 	Metrics  *Metrics // nil: none
 	Log      *logrus.Logger
+
+	waiters atomic.Int64 // long-polls held now (Settings.MaxWaiters)
 }
+
+// enterWait counts a long-poll in; false (not counted) when MaxWaiters are
+// held already. A true is paired with leaveWait.
+func (rt *Runtime) enterWait() bool {
+	n := rt.waiters.Add(1)
+	if m := rt.Settings.MaxWaiters; m > 0 && n > int64(m) {
+		rt.waiters.Add(-1)
+		rt.Metrics.waitRefusedInc()
+		return false
+	}
+	rt.Metrics.waitersAdd(1)
+	return true
+}
+
+func (rt *Runtime) leaveWait() {
+	rt.waiters.Add(-1)
+	rt.Metrics.waitersAdd(-1)
+}
+
+// Waiters is the number of long-polls this replica holds now.
+func (rt *Runtime) Waiters() int { return int(rt.waiters.Load()) }
 
 // NewRuntime fills the settings' defaults.
 func NewRuntime(b async.Backend, s Settings, m *Metrics, log *logrus.Logger) *Runtime {

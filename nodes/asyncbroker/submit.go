@@ -57,7 +57,7 @@ func (n *Node) queue(ctx context.Context, x *engine.Exec, m mode, tenant string)
 	sub, err := n.rt.Backend.Submit(ctx, j)
 	if err != nil {
 		leg.Log(x).WithError(err).Error("async: submit failed")
-		return n.answerError(x, id, http.StatusServiceUnavailable, CodeEnqueueFailed, "the request could not be queued")
+		return n.storeError(x, id, CodeEnqueueFailed)
 	}
 	n.rt.Metrics.submitted(sub.Outcome)
 	switch sub.Outcome {
@@ -76,6 +76,21 @@ func (n *Node) queue(ctx context.Context, x *engine.Exec, m mode, tenant string)
 		}
 		writeError(w, http.StatusTooManyRequests, CodeQueueFull, "the backlog of "+what+" is full", id)
 		return engine.Result{Responded: true, HTTPStatus: http.StatusTooManyRequests}
+	}
+	if m == modeEnqueue && sub.Outcome == async.Reattached && sub.State == async.StateDone {
+		// The same request finished already: answer with its result, as
+		// GET (and wait mode) would, rather than a 202 to poll for it.
+		rec, err := n.rt.Backend.Fetch(ctx, tenant, id)
+		if err != nil {
+			leg.Log(x).WithError(err).Error("async: fetch failed")
+			return n.storeError(x, id, CodeFetchFailed)
+		}
+		w, ok := x.Run.Answer()
+		if !ok {
+			return engine.Result{}
+		}
+		st := writeRecord(w, id, rec, s.PollInterval)
+		return engine.Result{Responded: true, HTTPStatus: st}
 	}
 	if m == modeEnqueue {
 		w, ok := x.Run.Answer()
@@ -121,6 +136,15 @@ func (n *Node) carry(ctx context.Context, h http.Header) map[string]string {
 	return out
 }
 
+func (n *Node) storeError(x *engine.Exec, id, code string) engine.Result {
+	w, ok := x.Run.Answer()
+	if !ok {
+		return engine.Result{}
+	}
+	writeStoreError(w, code, id)
+	return engine.Result{Responded: true, HTTPStatus: http.StatusServiceUnavailable}
+}
+
 func (n *Node) answerError(x *engine.Exec, id string, status int, code, msg string) engine.Result {
 	w, ok := x.Run.Answer()
 	if !ok {
@@ -142,6 +166,22 @@ func (n *Node) hold(ctx context.Context, x *engine.Exec, tenant, id string, dead
 	}
 	s := &n.rt.Settings
 	b := n.rt.Backend
+	if !n.rt.enterWait() {
+		// max_waiters long-polls are held: the current state at once, as
+		// at the wait cap (queued, so the 202; the client polls).
+		w, ok := x.Run.Answer()
+		if !ok {
+			return engine.Result{}
+		}
+		w.Header().Set(HeaderWait, "0")
+		rec, err := b.Fetch(ctx, tenant, id)
+		if err != nil || rec.State == async.StateUnknown {
+			rec = async.Record{State: async.StateQueued}
+		}
+		st := writeRecord(w, id, rec, s.PollInterval)
+		return engine.Result{Responded: true, HTTPStatus: st}
+	}
+	defer n.rt.leaveWait()
 	dl := time.NewTimer(time.Until(deadline))
 	defer dl.Stop()
 	var capC <-chan time.Time

@@ -13,6 +13,7 @@ type Async struct {
 	WaitMax        time.Duration
 	EnqueueTimeout time.Duration
 	WaitCap        time.Duration
+	MaxWaiters     int
 	FetchGrace     time.Duration
 	ResultTTL      time.Duration
 	MaxDeliveries  int
@@ -41,6 +42,7 @@ func decodeAsync(a *Async, d *asyncDoc) {
 	keep(&a.WaitMax, d.Timeouts.WaitMax)
 	keep(&a.EnqueueTimeout, d.Timeouts.Enqueue)
 	keep(&a.WaitCap, d.WaitCap)
+	keep(&a.MaxWaiters, d.MaxWaiters)
 	keep(&a.FetchGrace, d.FetchGrace)
 	keep(&a.ResultTTL, d.ResultTTL)
 	keep(&a.MaxDeliveries, d.MaxDeliveries)

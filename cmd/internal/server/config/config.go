@@ -136,6 +136,8 @@ func Defaults() Config {
 			WaitTimeout:    60 * time.Second,
 			WaitMax:        time.Hour,
 			EnqueueTimeout: time.Hour,
+			WaitCap:        60 * time.Second,
+			MaxWaiters:     1000,
 			FetchGrace:     60 * time.Second,
 			ResultTTL:      24 * time.Hour,
 			MaxDeliveries:  3,

@@ -159,6 +159,7 @@ type asyncDoc struct {
 		Enqueue schema.Val[time.Duration] `json:"enqueue"`
 	} `json:"timeouts"`
 	WaitCap        schema.Val[time.Duration] `json:"wait_cap"`
+	MaxWaiters     schema.Val[int]           `json:"max_waiters"`
 	FetchGrace     schema.Val[time.Duration] `json:"fetch_grace"`
 	ResultTTL      schema.Val[time.Duration] `json:"result_ttl"`
 	MaxDeliveries  schema.Val[int]           `json:"max_deliveries"`
