@@ -365,6 +365,22 @@ func load(t *testing.T, base string, round int) (n429 int) {
 	return n429
 }
 
+// checkDashboard checks every query of a dashboard and returns them with
+// the failures.
+func checkDashboard(ctx context.Context, k *Checker, raw []byte) ([]Query, []error) {
+	qs, err := ParseDashboard(raw, Builtins(window))
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, q := range qs {
+		if err := k.Check(ctx, q); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return qs, errs
+}
+
 // scrapedSince waits until Prometheus has a scrape of celflow taken after t0.
 func scrapedSince(t *testing.T, c *Client, t0 time.Time) {
 	t.Helper()
@@ -398,6 +414,7 @@ func TestDashboardAndAlerts(t *testing.T) {
 	}
 
 	base, metricsAddr := startCelflow(t, startRedis(t))
+	celflowUp := time.Now()
 	prom := startPrometheus(t, metricsAddr)
 	t.Logf("stack up in %s", time.Since(start).Round(time.Millisecond))
 
@@ -408,9 +425,12 @@ func TestDashboardAndAlerts(t *testing.T) {
 	if n429 == 0 {
 		t.Error("no request was answered 429: the admission series would show nothing")
 	}
-	// The async queue gauges refresh every 5 s: let one refresh land.
-	loadEnd := time.Now()
-	scrapedSince(t, prom, loadEnd.Add(1500*time.Millisecond))
+	// The async queue gauges refresh every 5 s: let one refresh land after
+	// the queued requests, then wait for a scrape past it.
+	if d := time.Until(celflowUp.Add(6 * time.Second)); d > 0 {
+		time.Sleep(d)
+	}
+	scrapedSince(t, prom, time.Now().Add(1500*time.Millisecond))
 	t.Logf("load done in %s (%d answered 429)", time.Since(start).Round(time.Millisecond), n429)
 	if t.Failed() {
 		t.FailNow()
@@ -496,27 +516,35 @@ func TestDashboardAndAlerts(t *testing.T) {
 		}
 	})
 
+	dashboard, err := os.ReadFile(filepath.Join(root, dashboardPath))
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Run("dashboard", func(t *testing.T) {
-		raw, err := os.ReadFile(filepath.Join(root, dashboardPath))
-		if err != nil {
-			t.Fatal(err)
-		}
-		qs, err := ParseDashboard(raw, Builtins(window))
-		if err != nil {
+		qs, errs := checkDashboard(ctx, k, dashboard)
+		for _, err := range errs {
 			t.Error(err)
 		}
 		if len(qs) < 20 {
 			t.Errorf("only %d queries found in the dashboard", len(qs))
 		}
-		failed := 0
-		for _, q := range qs {
-			all = append(all, q)
-			if err := k.Check(ctx, q); err != nil {
-				failed++
-				t.Error(err)
-			}
+		all = append(all, qs...)
+		t.Logf("%d dashboard queries checked, %d failed", len(qs), len(errs))
+	})
+
+	// The dashboard file itself, with one series name misspelt where a
+	// panel reads it, fails the same check that passed above.
+	t.Run("the dashboard with a misspelt name fails", func(t *testing.T) {
+		const name = `celflow_async_queue_depth{`
+		bad := bytes.Replace(dashboard, []byte(name), []byte(Typo(name)), 1)
+		if bytes.Equal(bad, dashboard) {
+			t.Fatalf("%s not found in %s", name, dashboardPath)
 		}
-		t.Logf("%d dashboard queries checked, %d failed", len(qs), failed)
+		_, errs := checkDashboard(ctx, k, bad)
+		if len(errs) != 1 {
+			t.Fatalf("%d failures, want 1: %v", len(errs), errs)
+		}
+		t.Logf("as expected: %v", errs[0])
 	})
 
 	// Misspell each celflow_* name in the first query that uses it: the
