@@ -9,7 +9,9 @@
 //	CELFLOW_BIN=$PWD/bin/celflow CELFLOW_SIM_BIN=$PWD/bin/celflow-sim \
 //	  sh -c 'cd .ci/tools && go test -count=1 -tags prom ./promtest/'
 //
-// prometheus, promtool and redis-server come from PATH (or $PROMETHEUS_BIN,
+// promtool first checks the rules file and runs the rules' unit tests
+// (.ci/prometheus/celflow-rules.test.yaml). prometheus, promtool and
+// redis-server come from PATH (or $PROMETHEUS_BIN,
 // $PROMTOOL_BIN, $REDIS_SERVER_BIN). Everything listens on 127.0.0.1.
 //
 // # Why every query can be required to return data
@@ -409,6 +411,14 @@ func TestDashboardAndAlerts(t *testing.T) {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
 	t.Logf("promtool check rules: %s", strings.TrimSpace(string(out)))
+	// The rules' unit tests: synthetic series, when each alert fires and
+	// what its annotations say.
+	out, err = exec.Command(binary(t, "PROMTOOL_BIN", "promtool"), "test", "rules",
+		filepath.Join(root, ".ci", "prometheus", "celflow-rules.test.yaml")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
+	t.Logf("promtool test rules: %s", strings.Join(strings.Fields(string(out)), " "))
 	if v, err := exec.Command(binary(t, "PROMETHEUS_BIN", "prometheus"), "--version").CombinedOutput(); err == nil {
 		t.Logf("%s", strings.SplitN(string(v), "\n", 2)[0])
 	}
