@@ -47,7 +47,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		waitRefused: prometheus.NewCounter(prometheus.CounterOpts{Name: "celflow_async_waits_refused_total",
 			Help: "Long-polls answered at once because async.max_waiters were held."}),
 		served: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "celflow_async_results_served_total",
-			Help: "GET /v1/requests/{id} answers by kind (result, pending, expired)."}, []string{"kind"}),
+			Help: "GET /v1/requests/{id} answers by kind (result, pending, unknown)."}, []string{"kind"}),
 		budget: prometheus.NewGauge(prometheus.GaugeOpts{Name: "celflow_async_gate_budget",
 			Help: "The dispatcher's current in-flight budget per pool (halved on a worker 429)."}),
 		running: prometheus.NewGauge(prometheus.GaugeOpts{Name: "celflow_async_dispatched_in_flight",
