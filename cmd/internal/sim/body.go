@@ -60,10 +60,11 @@ type wireBody struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 	SamplingParams *struct {
-		MaxTokens optInt `json:"max_tokens"`
-		MinTokens optInt `json:"min_tokens"`
-		N         optInt `json:"n"`
-		ExtraArgs *struct {
+		MaxTokens   optInt   `json:"max_tokens"`
+		MinTokens   optInt   `json:"min_tokens"`
+		N           optInt   `json:"n"`
+		Temperature *float64 `json:"temperature"`
+		ExtraArgs   *struct {
 			KV json.RawMessage `json:"kv_transfer_params"`
 			EC json.RawMessage `json:"ec_transfer_params"`
 		} `json:"extra_args"`
@@ -76,6 +77,8 @@ type wireBody struct {
 	RequestID     *string         `json:"request_id"`
 	// CacheHitThreshold: vLLM RFC #24256, chat and completions only.
 	CacheHitThreshold *float64 `json:"cache_hit_threshold"`
+	Temperature       *float64 `json:"temperature"`
+	ReturnTokenIDs    *bool    `json:"return_token_ids"` // chat and completions
 }
 
 // bootstrap is SGLang's PD rendezvous (docs/protocol.md, kv-sglang).
@@ -103,6 +106,12 @@ type request struct {
 	// CacheHitThreshold is the request's cache_hit_threshold (chat and
 	// completions), nil when absent; always within 0..1.
 	CacheHitThreshold *float64
+	// Greedy: temperature 0 was asked for (deterministic, continuable
+	// answers; determ.go).
+	Greedy bool
+	// ReturnTokenIDs: vLLM's return_token_ids (chat and completions; the
+	// generate route always answers token ids).
+	ReturnTokenIDs bool
 }
 
 // parseRequest reads a worker body the way vLLM's endpoint for f would.
@@ -132,6 +141,15 @@ func parseRequest(f format, body []byte) (*request, error) {
 		r.CacheHitThreshold = t
 	}
 	r.IncludeUsage = r.Stream && b.StreamOptions != nil && b.StreamOptions.IncludeUsage
+	r.ReturnTokenIDs = f != fmtGenerate && b.ReturnTokenIDs != nil && *b.ReturnTokenIDs
+	temp := b.Temperature
+	if f == fmtGenerate {
+		temp = nil
+		if b.SamplingParams != nil {
+			temp = b.SamplingParams.Temperature
+		}
+	}
+	r.Greedy = temp != nil && *temp == 0
 	var err error
 	var n optInt
 	switch f {

@@ -29,12 +29,16 @@ type Fault struct {
 	KVDrop             bool          // prefill: answer kv_transfer_params but keep no KV (a prefill that died after answering)
 	Delay              time.Duration // wait this long before any work
 	TTFT, ITL          *time.Duration
-	Times              int // flag faults only: fire this many times, 0 = always
+	// CutAfter and ExitAfter kill a reply after that many answer tokens
+	// (kill.go): CutAfter aborts the connection, ExitAfter the process.
+	CutAfter, ExitAfter *int
+	Times               int // flag faults only: fire this many times, 0 = always
 }
 
 // ParseFaults parses "[role:]action[,action...][; ...]" where an action is
 // status=N, reset-before-headers, reset-mid-stream, slow-headers=D, delay=D,
-// stall-body=D, trickle=D, ec-key=K, kv-drop, ttft=D, itl=D or times=N.
+// stall-body=D, trickle=D, ec-key=K, kv-drop, ttft=D, itl=D, cut-after=K,
+// exit-after=K or times=N.
 func ParseFaults(spec string) ([]Fault, error) {
 	var out []Fault
 	for _, group := range strings.Split(spec, ";") {
@@ -106,6 +110,16 @@ func (f *Fault) set(action string) error {
 		}
 	case "delay":
 		f.Delay, err = dur()
+	case "cut-after", "exit-after":
+		k, perr := strconv.Atoi(val)
+		if perr != nil || k < 0 {
+			return fmt.Errorf("%s: want a token count (0 or more), got %q", name, val)
+		}
+		if name == "cut-after" {
+			f.CutAfter = &k
+		} else {
+			f.ExitAfter = &k
+		}
 	case "ttft", "itl":
 		var d time.Duration
 		if d, err = dur(); err == nil {
@@ -141,6 +155,12 @@ func (f Fault) merge(o Fault) Fault {
 	}
 	if o.ITL != nil {
 		f.ITL = o.ITL
+	}
+	if o.CutAfter != nil {
+		f.CutAfter = o.CutAfter
+	}
+	if o.ExitAfter != nil {
+		f.ExitAfter = o.ExitAfter
 	}
 	return f
 }
@@ -180,6 +200,12 @@ func (f Fault) String() string {
 	}
 	if f.ITL != nil {
 		a = append(a, "itl="+f.ITL.String())
+	}
+	if f.CutAfter != nil {
+		a = append(a, "cut-after="+strconv.Itoa(*f.CutAfter))
+	}
+	if f.ExitAfter != nil {
+		a = append(a, "exit-after="+strconv.Itoa(*f.ExitAfter))
 	}
 	return strings.Join(a, ",")
 }
