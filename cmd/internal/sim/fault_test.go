@@ -36,6 +36,11 @@ func TestParseFaults(t *testing.T) {
 		{"reset-mid-stream=1", nil, "no value"},
 		{"explode", nil, "unknown action"},
 		{"times=0", nil, "times"},
+		{"decode:cut-after=5", []Fault{{Role: RoleDecode, CutAfter: ptr(5)}}, ""},
+		{"exit-after=0,times=1", []Fault{{ExitAfter: ptr(0), Times: 1}}, ""},
+		{"cut-after=-1", nil, "token count"},
+		{"exit-after=x", nil, "token count"},
+		{"cut-after", nil, "token count"},
 	}
 	for _, tc := range cases {
 		got, err := ParseFaults(tc.spec)
