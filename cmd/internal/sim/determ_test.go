@@ -147,7 +147,7 @@ func jsonOf(v any) string {
 	return string(b)
 }
 
-// wordsText is the text of ids' words as the sim speaks them.
+// wordsOf is the fake tokenizer's ids of text (no BOS).
 func wordsOf(t *testing.T, text string) []int { t.Helper(); return Tokenize(nil, text) }
 
 // A broken answer continued from its prefix gives back exactly the unbroken
@@ -180,6 +180,13 @@ func TestDeterministicContinuation(t *testing.T) {
 			m := map[string]any{"model": "m", "messages": msgs}
 			if pt != "" {
 				m["continue_final_message"], m["add_generation_prompt"] = true, false
+			}
+			return opts(m, max, stream)
+		}},
+		"chat tokens": {"/v1/chat/completions", func(_ string, ids, promptIDs []int, max int, stream bool) string {
+			m := map[string]any{"model": "m", "messages": []map[string]any{{"role": "user", "content": prompt}}}
+			if promptIDs != nil {
+				m["tokens"] = map[string]any{"token_ids": append(slices.Clone(promptIDs), ids...)}
 			}
 			return opts(m, max, stream)
 		}},
