@@ -28,6 +28,7 @@ type answer struct {
 	done      bool // streamed: [DONE] arrived
 	completed int  // usage.completion_tokens (-1 when absent)
 	readErr   error
+	noReply   bool // readErr came before any response (no status line)
 }
 
 // wireReply is the union of the reply shapes the tests read.
@@ -64,7 +65,7 @@ func ask(t *testing.T, url, path, body string, headers ...string) answer {
 	}
 	resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
 	if err != nil {
-		return answer{readErr: err, completed: -1}
+		return answer{readErr: err, completed: -1, noReply: true}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {

@@ -101,10 +101,10 @@ func (w *Worker) generate(c *call, out transferOut) {
 		if k.sent > 0 && !sleep(ctx, g.ttft+time.Duration(k.sent-1)*g.itl) {
 			return
 		}
-		w.die(c, k)
+		w.die(c, k, false)
 		return
 	}
-	if !sleep(ctx, g.ttft+time.Duration(g.count-1)*g.itl) || !sleep(ctx, c.fault.SlowHeaders) {
+	if !sleep(ctx, g.ttft+time.Duration(max(g.count-1, 0))*g.itl) || !sleep(ctx, c.fault.SlowHeaders) {
 		return
 	}
 	b, err := json.Marshal(w.response(c, g, out))

@@ -50,27 +50,29 @@ func (g genPlan) killPoint(f Fault) (killPoint, bool) {
 	return best, found
 }
 
-// die plays a kill point: what was written goes out, then either the
-// process exits at once (no deferred cleanup, like a crash or SIGKILL: the
-// kernel closes its sockets) or the connection is aborted.
-func (w *Worker) die(c *call, k killPoint) {
-	if k.exit {
+// die plays a kill point: what was written goes out (written: a stream
+// whose headers went out; flushing before any write would send a 200
+// status line), then either the process exits at once (no deferred
+// cleanup, like a crash or SIGKILL: the kernel closes its sockets) or the
+// connection is aborted.
+func (w *Worker) die(c *call, k killPoint, written bool) {
+	if written {
 		_ = http.NewResponseController(c.rw).Flush()
+	}
+	if k.exit {
 		fmt.Fprintf(os.Stderr, "celflow-sim %s: fault exit-after: exiting (status %d) after %d tokens of a %s reply\n", w.cfg.Name, FaultExitCode, k.sent, c.role)
 		os.Exit(FaultExitCode)
 	}
 	abortConn(c.rw)
 }
 
-// abortConn ends the reply abnormally without a reset: on HTTP/1.1 what was
-// written is flushed and the connection closed, so a chunked body lacks its
-// terminating chunk (and a reply without headers gets none); on HTTP/2,
-// where the connection cannot be taken over, the handler aborts, which
-// resets the stream (RST_STREAM).
+// abortConn ends the reply abnormally without a reset: on HTTP/1.1 the
+// connection is closed, so a chunked body lacks its terminating chunk (and
+// a reply without headers gets none); on HTTP/2, where the connection
+// cannot be taken over, the handler aborts, which resets the stream
+// (RST_STREAM).
 func abortConn(w http.ResponseWriter) {
-	rc := http.NewResponseController(w)
-	_ = rc.Flush()
-	conn, _, err := rc.Hijack()
+	conn, _, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		panic(http.ErrAbortHandler)
 	}

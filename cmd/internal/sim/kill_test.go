@@ -41,6 +41,9 @@ func TestFaultCutAfter(t *testing.T) {
 				if a.readErr == nil || a.finish != "" || a.done {
 					t.Errorf("%s: want an abnormal end, got %+v", name, a)
 				}
+				if !stream && !a.noReply {
+					t.Errorf("%s: a response came (%+v); want none", name, a)
+				}
 				if stream && (!errors.Is(a.readErr, io.ErrUnexpectedEOF) || a.events != k) {
 					t.Errorf("%s: %d token events, error %v; want %d and an unexpected EOF", name, a.events, a.readErr, k)
 				}
@@ -170,6 +173,9 @@ func TestFaultExitAfter(t *testing.T) {
 		}
 		if a.readErr == nil || a.done || a.finish != "" {
 			t.Errorf("stream=%v: want an abnormal end, got %+v", stream, a)
+		}
+		if !stream && !a.noReply {
+			t.Errorf("non-stream: a response came (%+v); want none", a)
 		}
 		if stream && (a.events != 3 || !errors.Is(a.readErr, io.ErrUnexpectedEOF)) {
 			t.Errorf("stream: %d events, error %v; want 3 and an unexpected EOF", a.events, a.readErr)

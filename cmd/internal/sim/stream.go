@@ -48,7 +48,7 @@ func (w *Worker) stream(c *call, g genPlan) {
 		}
 	}
 	if killing && kill.sent == 0 {
-		w.die(c, kill)
+		w.die(c, kill, true)
 		return
 	}
 	for i := range g.count {
@@ -65,7 +65,7 @@ func (w *Worker) stream(c *call, g genPlan) {
 			return
 		}
 		if killing && kill.sent == i+1 {
-			w.die(c, kill)
+			w.die(c, kill, true)
 			return
 		}
 	}
