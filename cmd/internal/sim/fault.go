@@ -33,12 +33,13 @@ type Fault struct {
 	// (kill.go): CutAfter aborts the connection, ExitAfter the process.
 	CutAfter, ExitAfter *int
 	Times               int // flag faults only: fire this many times, 0 = always
+	Every               int // flag faults only: fire on every Nth matching request, 0 = each
 }
 
 // ParseFaults parses "[role:]action[,action...][; ...]" where an action is
 // status=N, reset-before-headers, reset-mid-stream, slow-headers=D, delay=D,
 // stall-body=D, trickle=D, ec-key=K, kv-drop, ttft=D, itl=D, cut-after=K,
-// exit-after=K or times=N.
+// exit-after=K, times=N or every=N.
 func ParseFaults(spec string) ([]Fault, error) {
 	var out []Fault
 	for _, group := range strings.Split(spec, ";") {
@@ -84,6 +85,11 @@ func (f *Fault) set(action string) error {
 		f.Times, err = strconv.Atoi(val)
 		if err != nil || f.Times < 1 {
 			return fmt.Errorf("times: want a positive integer, got %q", val)
+		}
+	case "every":
+		f.Every, err = strconv.Atoi(val)
+		if err != nil || f.Every < 1 {
+			return fmt.Errorf("every: want a positive integer, got %q", val)
 		}
 	case "reset-before-headers", "reset-mid-stream":
 		if hasVal {
@@ -215,10 +221,11 @@ type faultSet struct {
 	mu     sync.Mutex
 	faults []Fault
 	left   []int
+	seen   []int // matching requests so far, for every=N
 }
 
 func newFaultSet(fs []Fault) *faultSet {
-	s := &faultSet{faults: fs, left: make([]int, len(fs))}
+	s := &faultSet{faults: fs, left: make([]int, len(fs)), seen: make([]int, len(fs))}
 	for i, f := range fs {
 		s.left[i] = f.Times
 	}
@@ -232,6 +239,9 @@ func (s *faultSet) plan(role Role, header string) (Fault, error) {
 	s.mu.Lock()
 	for i, f := range s.faults {
 		if f.Role != "" && f.Role != role {
+			continue
+		}
+		if s.seen[i]++; f.Every > 0 && s.seen[i]%f.Every != 0 {
 			continue
 		}
 		if f.Times > 0 {
