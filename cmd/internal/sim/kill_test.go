@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -192,4 +193,41 @@ func TestSimChild(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	os.Exit(Main(ctx, strings.Fields(os.Getenv("CELFLOW_SIM_ARGS")), os.Stdout, os.Stderr))
+}
+
+// A P/D replay as issue 19's failover runs it, with the real KV hand-off:
+// the decode is cut after k tokens, then the prompt's ids plus the k
+// generated ids go through a fresh prefill and a decode on another worker
+// (which pulls that prefill's KV); the assembled answer equals an unbroken
+// P/D run's, in text and ids.
+func TestDeterministicPDReplay(t *testing.T) {
+	_, pre := startWorker(t, Config{Name: "p1", Roles: []Role{RolePrefill}, OutputTokens: 9})
+	_, d1 := startWorker(t, Config{Name: "d1", Roles: []Role{RoleDecode}, OutputTokens: 9})
+	_, d2 := startWorker(t, Config{Name: "d2", Roles: []Role{RoleDecode}, OutputTokens: 9})
+	prompt := Tokenize([]int{BOS}, "replay me please")
+	pd := func(dec string, ids []int, max int, headers ...string) answer {
+		body := func(kv string, stream bool) string {
+			return `{"model":"m","prompt":` + jsonOf(ids) + `,"temperature":0,"max_tokens":` + fmt.Sprint(max) +
+				`,"return_token_ids":true,"stream":` + fmt.Sprint(stream) + `,"kv_transfer_params":` + kv + `}`
+		}
+		status, _, b := post(t, pre.URL+"/v1/completions", body(nixlPrefillKV, false), "EPP-Profile: prefill")
+		if status != 200 {
+			t.Fatalf("prefill: %d %s", status, b)
+		}
+		return ask(t, dec, "/v1/completions", body(flipKV(t, b), true), append(headers, "EPP-Profile: decode")...)
+	}
+	whole := pd(d1.URL, prompt, 20)
+	if whole.readErr != nil || len(whole.ids) != 9 || whole.finish != "stop" {
+		t.Fatalf("unbroken: %+v", whole)
+	}
+	for _, k := range []int{1, 5, 8} {
+		cut := pd(d1.URL, prompt, 20, FaultHeader+": decode:cut-after="+fmt.Sprint(k))
+		if cut.readErr == nil || len(cut.ids) != k {
+			t.Fatalf("k=%d: cut %+v", k, cut)
+		}
+		rest := pd(d2.URL, append(slices.Clone(prompt), cut.ids...), 20-k)
+		if rest.readErr != nil || cut.text+rest.text != whole.text || !slices.Equal(append(cut.ids, rest.ids...), whole.ids) || rest.finish != "stop" {
+			t.Errorf("k=%d: %q + %q, want %q", k, cut.text, rest.text, whole.text)
+		}
+	}
 }
