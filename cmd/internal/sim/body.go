@@ -60,10 +60,10 @@ type wireBody struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 	SamplingParams *struct {
-		MaxTokens   optInt   `json:"max_tokens"`
-		MinTokens   optInt   `json:"min_tokens"`
-		N           optInt   `json:"n"`
-		Temperature *float64 `json:"temperature"`
+		MaxTokens   optInt          `json:"max_tokens"`
+		MinTokens   optInt          `json:"min_tokens"`
+		N           optInt          `json:"n"`
+		Temperature json.RawMessage `json:"temperature"`
 		ExtraArgs   *struct {
 			KV json.RawMessage `json:"kv_transfer_params"`
 			EC json.RawMessage `json:"ec_transfer_params"`
@@ -77,8 +77,11 @@ type wireBody struct {
 	RequestID     *string         `json:"request_id"`
 	// CacheHitThreshold: vLLM RFC #24256, chat and completions only.
 	CacheHitThreshold *float64 `json:"cache_hit_threshold"`
-	Temperature       *float64 `json:"temperature"`
-	ReturnTokenIDs    *bool    `json:"return_token_ids"` // chat and completions
+	// Temperature and ReturnTokenIDs stay raw: only a number 0 and true
+	// mean something here, and a body the simulator used to accept with
+	// other values there must stay accepted.
+	Temperature    json.RawMessage `json:"temperature"`
+	ReturnTokenIDs json.RawMessage `json:"return_token_ids"` // chat and completions
 }
 
 // bootstrap is SGLang's PD rendezvous (docs/protocol.md, kv-sglang).
@@ -141,7 +144,7 @@ func parseRequest(f format, body []byte) (*request, error) {
 		r.CacheHitThreshold = t
 	}
 	r.IncludeUsage = r.Stream && b.StreamOptions != nil && b.StreamOptions.IncludeUsage
-	r.ReturnTokenIDs = f != fmtGenerate && b.ReturnTokenIDs != nil && *b.ReturnTokenIDs
+	r.ReturnTokenIDs = f != fmtGenerate && string(bytes.TrimSpace(b.ReturnTokenIDs)) == "true"
 	temp := b.Temperature
 	if f == fmtGenerate {
 		temp = nil
@@ -149,7 +152,8 @@ func parseRequest(f format, body []byte) (*request, error) {
 			temp = b.SamplingParams.Temperature
 		}
 	}
-	r.Greedy = temp != nil && *temp == 0
+	var t float64
+	r.Greedy = isSet(temp) && json.Unmarshal(temp, &t) == nil && t == 0
 	var err error
 	var n optInt
 	switch f {

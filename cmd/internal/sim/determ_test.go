@@ -303,10 +303,12 @@ func TestDeterministicSelection(t *testing.T) {
 		{"plain worker, temperature 0.0", plain.URL, body("x", `,"temperature":0.0`), true, 6},
 		{"deterministic worker", det.URL, body("x", `,"temperature":0.9`), true, 6},
 		{"min_tokens past the end", det.URL, body("x", `,"min_tokens":9`), true, 9},
+		// Values the simulator never read before stay accepted (and mean nothing).
+		{"odd values", plain.URL, body("x", `,"temperature":"0","return_token_ids":"yes"`), false, 6},
 	}
 	for _, tc := range cases {
 		a := ask(t, tc.url, "/v1/completions", tc.body)
-		if a.readErr != nil || isDet(a.text) != tc.det || len(strings.Fields(a.text)) != tc.count || a.finish != "stop" {
+		if a.readErr != nil || isDet(a.text) != tc.det || len(strings.Fields(a.text)) != tc.count || a.finish != "stop" || a.ids != nil {
 			t.Errorf("%s: %+v", tc.name, a)
 		}
 	}
