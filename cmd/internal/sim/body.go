@@ -60,10 +60,11 @@ type wireBody struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 	SamplingParams *struct {
-		MaxTokens optInt `json:"max_tokens"`
-		MinTokens optInt `json:"min_tokens"`
-		N         optInt `json:"n"`
-		ExtraArgs *struct {
+		MaxTokens   optInt          `json:"max_tokens"`
+		MinTokens   optInt          `json:"min_tokens"`
+		N           optInt          `json:"n"`
+		Temperature json.RawMessage `json:"temperature"`
+		ExtraArgs   *struct {
 			KV json.RawMessage `json:"kv_transfer_params"`
 			EC json.RawMessage `json:"ec_transfer_params"`
 		} `json:"extra_args"`
@@ -76,6 +77,11 @@ type wireBody struct {
 	RequestID     *string         `json:"request_id"`
 	// CacheHitThreshold: vLLM RFC #24256, chat and completions only.
 	CacheHitThreshold *float64 `json:"cache_hit_threshold"`
+	// Temperature and ReturnTokenIDs stay raw: only a number 0 and true
+	// mean something here, and a body the simulator used to accept with
+	// other values there must stay accepted.
+	Temperature    json.RawMessage `json:"temperature"`
+	ReturnTokenIDs json.RawMessage `json:"return_token_ids"` // chat and completions
 }
 
 // bootstrap is SGLang's PD rendezvous (docs/protocol.md, kv-sglang).
@@ -103,6 +109,12 @@ type request struct {
 	// CacheHitThreshold is the request's cache_hit_threshold (chat and
 	// completions), nil when absent; always within 0..1.
 	CacheHitThreshold *float64
+	// Greedy: temperature 0 was asked for (deterministic, continuable
+	// answers; determ.go).
+	Greedy bool
+	// ReturnTokenIDs: vLLM's return_token_ids (chat and completions; the
+	// generate route always answers token ids).
+	ReturnTokenIDs bool
 }
 
 // parseRequest reads a worker body the way vLLM's endpoint for f would.
@@ -132,6 +144,16 @@ func parseRequest(f format, body []byte) (*request, error) {
 		r.CacheHitThreshold = t
 	}
 	r.IncludeUsage = r.Stream && b.StreamOptions != nil && b.StreamOptions.IncludeUsage
+	r.ReturnTokenIDs = f != fmtGenerate && string(bytes.TrimSpace(b.ReturnTokenIDs)) == "true"
+	temp := b.Temperature
+	if f == fmtGenerate {
+		temp = nil
+		if b.SamplingParams != nil {
+			temp = b.SamplingParams.Temperature
+		}
+	}
+	var t float64
+	r.Greedy = isSet(temp) && json.Unmarshal(temp, &t) == nil && t == 0
 	var err error
 	var n optInt
 	switch f {

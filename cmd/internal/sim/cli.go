@@ -40,6 +40,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.BootstrapWait, "bootstrap-wait", 10*time.Second, "how long an SGLang prefill waits for decode to join its room (0 answers at once)")
 	fs.DurationVar(&cfg.KVLease, "kv-lease", 30*time.Second, "how long produced KV stays pullable")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "host:port peers reach this worker on (default: the address each request arrived at)")
+	fs.BoolVar(&cfg.Deterministic, "deterministic", false, "answer every request continuably: prompt + a prefix of its answer yields the rest (see docs/simulator.md)")
 	keepAlive := fs.Duration("keep-alive", DefaultKeepAlive, "idle keep-alive of client connections (uvicorn's is 5s)")
 	tf := tlsFlags(fs)
 	var faults faultFlag

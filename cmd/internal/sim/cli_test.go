@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -61,5 +62,21 @@ func TestSimCommandFlags(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := Main(context.Background(), []string{"--listen", "256.0.0.1:0"}, &out, &errb); code != 1 {
 		t.Errorf("bad listen address: exit %d", code)
+	}
+}
+
+// --deterministic makes every answer continuable (no temperature needed).
+func TestSimCommandDeterministic(t *testing.T) {
+	u, stop := runMainAsync(t, "--listen", "127.0.0.1:0", "--roles", "decode", "--deterministic", "--output-tokens", "5")
+	defer stop()
+	a := ask(t, u, "/v1/completions", `{"prompt":"flag"}`)
+	words := strings.Fields(a.text)
+	if len(words) != 5 {
+		t.Fatalf("answer %q", a.text)
+	}
+	for _, w := range words {
+		if !slices.Contains(detVocab, w) {
+			t.Errorf("%q is not deterministic vocabulary (answer %q)", w, a.text)
+		}
 	}
 }

@@ -29,12 +29,17 @@ type Fault struct {
 	KVDrop             bool          // prefill: answer kv_transfer_params but keep no KV (a prefill that died after answering)
 	Delay              time.Duration // wait this long before any work
 	TTFT, ITL          *time.Duration
-	Times              int // flag faults only: fire this many times, 0 = always
+	// CutAfter and ExitAfter kill a reply after that many answer tokens
+	// (kill.go): CutAfter aborts the connection, ExitAfter the process.
+	CutAfter, ExitAfter *int
+	Times               int // flag faults only: fire this many times, 0 = always
+	Every               int // flag faults only: fire on every Nth matching request, 0 = each
 }
 
 // ParseFaults parses "[role:]action[,action...][; ...]" where an action is
 // status=N, reset-before-headers, reset-mid-stream, slow-headers=D, delay=D,
-// stall-body=D, trickle=D, ec-key=K, kv-drop, ttft=D, itl=D or times=N.
+// stall-body=D, trickle=D, ec-key=K, kv-drop, ttft=D, itl=D, cut-after=K,
+// exit-after=K, times=N or every=N.
 func ParseFaults(spec string) ([]Fault, error) {
 	var out []Fault
 	for _, group := range strings.Split(spec, ";") {
@@ -81,6 +86,11 @@ func (f *Fault) set(action string) error {
 		if err != nil || f.Times < 1 {
 			return fmt.Errorf("times: want a positive integer, got %q", val)
 		}
+	case "every":
+		f.Every, err = strconv.Atoi(val)
+		if err != nil || f.Every < 1 {
+			return fmt.Errorf("every: want a positive integer, got %q", val)
+		}
 	case "reset-before-headers", "reset-mid-stream":
 		if hasVal {
 			return fmt.Errorf("%s takes no value", name)
@@ -106,6 +116,16 @@ func (f *Fault) set(action string) error {
 		}
 	case "delay":
 		f.Delay, err = dur()
+	case "cut-after", "exit-after":
+		k, perr := strconv.Atoi(val)
+		if perr != nil || k < 0 {
+			return fmt.Errorf("%s: want a token count (0 or more), got %q", name, val)
+		}
+		if name == "cut-after" {
+			f.CutAfter = &k
+		} else {
+			f.ExitAfter = &k
+		}
 	case "ttft", "itl":
 		var d time.Duration
 		if d, err = dur(); err == nil {
@@ -141,6 +161,12 @@ func (f Fault) merge(o Fault) Fault {
 	}
 	if o.ITL != nil {
 		f.ITL = o.ITL
+	}
+	if o.CutAfter != nil {
+		f.CutAfter = o.CutAfter
+	}
+	if o.ExitAfter != nil {
+		f.ExitAfter = o.ExitAfter
 	}
 	return f
 }
@@ -181,6 +207,12 @@ func (f Fault) String() string {
 	if f.ITL != nil {
 		a = append(a, "itl="+f.ITL.String())
 	}
+	if f.CutAfter != nil {
+		a = append(a, "cut-after="+strconv.Itoa(*f.CutAfter))
+	}
+	if f.ExitAfter != nil {
+		a = append(a, "exit-after="+strconv.Itoa(*f.ExitAfter))
+	}
 	return strings.Join(a, ",")
 }
 
@@ -189,10 +221,11 @@ type faultSet struct {
 	mu     sync.Mutex
 	faults []Fault
 	left   []int
+	seen   []int // matching requests so far, for every=N
 }
 
 func newFaultSet(fs []Fault) *faultSet {
-	s := &faultSet{faults: fs, left: make([]int, len(fs))}
+	s := &faultSet{faults: fs, left: make([]int, len(fs)), seen: make([]int, len(fs))}
 	for i, f := range fs {
 		s.left[i] = f.Times
 	}
@@ -206,6 +239,9 @@ func (s *faultSet) plan(role Role, header string) (Fault, error) {
 	s.mu.Lock()
 	for i, f := range s.faults {
 		if f.Role != "" && f.Role != role {
+			continue
+		}
+		if s.seen[i]++; f.Every > 0 && s.seen[i]%f.Every != 0 {
 			continue
 		}
 		if f.Times > 0 {

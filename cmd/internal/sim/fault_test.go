@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,13 @@ func TestParseFaults(t *testing.T) {
 		{"reset-mid-stream=1", nil, "no value"},
 		{"explode", nil, "unknown action"},
 		{"times=0", nil, "times"},
+		{"decode:cut-after=5", []Fault{{Role: RoleDecode, CutAfter: ptr(5)}}, ""},
+		{"exit-after=0,times=1", []Fault{{ExitAfter: ptr(0), Times: 1}}, ""},
+		{"cut-after=-1", nil, "token count"},
+		{"exit-after=x", nil, "token count"},
+		{"cut-after", nil, "token count"},
+		{"decode:cut-after=2,every=3", []Fault{{Role: RoleDecode, CutAfter: ptr(2), Every: 3}}, ""},
+		{"every=0", nil, "every"},
 	}
 	for _, tc := range cases {
 		got, err := ParseFaults(tc.spec)
@@ -49,7 +57,7 @@ func TestParseFaults(t *testing.T) {
 			t.Fatalf("%q: %v %v", tc.spec, got, err)
 		}
 		for i := range got {
-			if got[i].String() != tc.want[i].String() || got[i].Role != tc.want[i].Role || got[i].Times != tc.want[i].Times {
+			if got[i].String() != tc.want[i].String() || got[i].Role != tc.want[i].Role || got[i].Times != tc.want[i].Times || got[i].Every != tc.want[i].Every {
 				t.Errorf("%q[%d]: %+v, want %+v", tc.spec, i, got[i], tc.want[i])
 			}
 		}
@@ -80,6 +88,26 @@ func TestFaultStatus(t *testing.T) {
 	recs := w.Records().Since(0).Records
 	if recs[0].Fault != "status=503" || recs[len(recs)-1].Fault == "" {
 		t.Errorf("records do not name the fault: %+v", recs)
+	}
+}
+
+// every=N fires on every Nth matching request (load tests that break a
+// share of the streams); with times=M only the first M of those.
+func TestFaultEvery(t *testing.T) {
+	faults, _ := ParseFaults("decode:status=503,every=3,times=2")
+	_, srv := startWorker(t, Config{Roles: []Role{RolePrefill, RoleDecode}, Faults: faults})
+	req := `{"prompt":"x","max_tokens":1}`
+	// A prefill request in between does not count towards decode's every.
+	if status, _, _ := post(t, srv.URL+"/v1/completions", req, "EPP-Profile: prefill"); status != 200 {
+		t.Errorf("prefill: %d", status)
+	}
+	var got []int
+	for range 9 {
+		status, _, _ := post(t, srv.URL+"/v1/completions", req, "EPP-Profile: decode")
+		got = append(got, status)
+	}
+	if want := []int{200, 200, 503, 200, 200, 503, 200, 200, 200}; !slices.Equal(got, want) {
+		t.Errorf("statuses %v, want %v", got, want)
 	}
 }
 

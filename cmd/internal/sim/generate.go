@@ -17,11 +17,20 @@ type genPlan struct {
 	id        string // chatcmpl-…, cmpl-… or the generate request_id
 	model     string
 	created   int64
+	det       *determ // deterministic (continuable) mode, nil otherwise
 }
 
-func (g genPlan) token(c, i int) int { return WordID(outputWord(g.seed, c, i)) }
+func (g genPlan) token(c, i int) int {
+	if g.det != nil {
+		return WordID(g.det.word(c, g.det.tail+i))
+	}
+	return WordID(outputWord(g.seed, c, i))
+}
 
 func (g genPlan) text(c, i int) string {
+	if g.det != nil {
+		return g.det.text(c, g.det.tail+i)
+	}
 	if i == 0 {
 		return outputWord(g.seed, c, i)
 	}
@@ -42,6 +51,10 @@ func (w *Worker) plan(c *call) genPlan {
 	g.count = max(g.count, int(req.MinTokens))
 	if req.MaxTokens.Set && req.MaxTokens.V < int64(g.count) {
 		g.count, g.finish = int(req.MaxTokens.V), "length"
+	}
+	if w.deterministic(req) {
+		g.det = newDeterm(req.Prompt.Tokens)
+		g.count, g.finish = g.det.length(w.cfg.OutputTokens, req.MinTokens, req.MaxTokens)
 	}
 	if c.fault.TTFT != nil {
 		g.ttft = *c.fault.TTFT
@@ -82,7 +95,16 @@ func (w *Worker) generate(c *call, out transferOut) {
 		return
 	}
 	ctx := c.r.Context()
-	if !sleep(ctx, g.ttft+time.Duration(g.count-1)*g.itl) || !sleep(ctx, c.fault.SlowHeaders) {
+	if k, ok := g.killPoint(c.fault); ok {
+		// A worker killed while generating: nothing of the reply was
+		// written yet, the caller gets no response.
+		if k.sent > 0 && !sleep(ctx, g.ttft+time.Duration(k.sent-1)*g.itl) {
+			return
+		}
+		w.die(c, k, false)
+		return
+	}
+	if !sleep(ctx, g.ttft+time.Duration(max(g.count-1, 0))*g.itl) || !sleep(ctx, c.fault.SlowHeaders) {
 		return
 	}
 	b, err := json.Marshal(w.response(c, g, out))
@@ -163,6 +185,10 @@ func (w *Worker) response(c *call, g genPlan, out transferOut) any {
 			}
 			r.Choices = append(r.Choices, chatChoice{Index: ci, FinishReason: g.finish,
 				Message: chatMessageOut{Role: "assistant", Content: text, ToolCalls: []any{}}})
+			if c.req.ReturnTokenIDs {
+				r.Choices[ci].TokenIDs = g.answerIDs(ci)
+				r.PromptTokenIDs = c.req.Prompt.Tokens
+			}
 		}
 		return r
 	case fmtCompletions:
@@ -173,16 +199,15 @@ func (w *Worker) response(c *call, g genPlan, out transferOut) any {
 				text += g.text(ci, i)
 			}
 			r.Choices = append(r.Choices, completionChoice{Index: ci, Text: text, FinishReason: g.finish})
+			if c.req.ReturnTokenIDs {
+				r.Choices[ci].TokenIDs, r.Choices[ci].PromptTokenIDs = g.answerIDs(ci), c.req.Prompt.Tokens
+			}
 		}
 		return r
 	}
 	r := generateResponse{RequestID: g.id, Model: g.model, Created: g.created, Usage: u, transferOut: out}
 	for ci := range g.choices {
-		ids := make([]int, g.count)
-		for i := range ids {
-			ids[i] = g.token(ci, i)
-		}
-		r.Choices = append(r.Choices, generateChoice{Index: ci, FinishReason: g.finish, TokenIDs: ids})
+		r.Choices = append(r.Choices, generateChoice{Index: ci, FinishReason: g.finish, TokenIDs: g.answerIDs(ci)})
 	}
 	return r
 }

@@ -34,6 +34,7 @@ type chatChoice struct {
 	Logprobs     any            `json:"logprobs"`
 	FinishReason string         `json:"finish_reason"`
 	StopReason   any            `json:"stop_reason"`
+	TokenIDs     []int          `json:"token_ids,omitempty"` // return_token_ids
 }
 
 // transferOut are the disaggregation fields vLLM (and SGLang) add to a reply.
@@ -55,6 +56,7 @@ type chatResponse struct {
 	SystemFingerprint any          `json:"system_fingerprint"`
 	Usage             usage        `json:"usage"`
 	PromptLogprobs    any          `json:"prompt_logprobs"`
+	PromptTokenIDs    []int        `json:"prompt_token_ids,omitempty"` // return_token_ids
 	transferOut
 }
 
@@ -64,7 +66,9 @@ type completionChoice struct {
 	Logprobs       any    `json:"logprobs"`
 	FinishReason   string `json:"finish_reason"`
 	StopReason     any    `json:"stop_reason"`
+	TokenIDs       []int  `json:"token_ids,omitempty"` // return_token_ids
 	PromptLogprobs any    `json:"prompt_logprobs"`
+	PromptTokenIDs []int  `json:"prompt_token_ids,omitempty"` // return_token_ids
 }
 
 type completionResponse struct {
@@ -108,6 +112,7 @@ type chatChunkChoice struct {
 	Delta        chatDelta `json:"delta"`
 	Logprobs     any       `json:"logprobs"`
 	FinishReason *string   `json:"finish_reason"`
+	TokenIDs     []int     `json:"token_ids,omitempty"` // return_token_ids: this event's tokens
 }
 
 type completionChunkChoice struct {
@@ -115,6 +120,10 @@ type completionChunkChoice struct {
 	Text         string  `json:"text"`
 	Logprobs     any     `json:"logprobs"`
 	FinishReason *string `json:"finish_reason"`
+	// return_token_ids: the prompt's ids in the choice's first event, this
+	// event's tokens in each.
+	PromptTokenIDs []int `json:"prompt_token_ids,omitempty"`
+	TokenIDs       []int `json:"token_ids,omitempty"`
 }
 
 type generateChunkChoice struct {
@@ -133,8 +142,10 @@ type chunk struct {
 	Created   int64  `json:"created,omitempty"`
 	Model     string `json:"model,omitempty"`
 	Choices   any    `json:"choices"`
-	Usage     *usage `json:"-"`
-	withUsage bool
+	// PromptTokenIDs: chat with return_token_ids, in the first event only.
+	PromptTokenIDs []int  `json:"prompt_token_ids,omitempty"`
+	Usage          *usage `json:"-"`
+	withUsage      bool
 }
 
 func (c chunk) MarshalJSON() ([]byte, error) {

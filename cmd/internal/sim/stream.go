@@ -24,11 +24,14 @@ func (w *Worker) stream(c *call, g genPlan) {
 		return
 	}
 	withUsage := c.req.IncludeUsage
+	ids := newStreamIDs(g, c.req)
+	kill, killing := g.killPoint(c.fault)
 	send := func(choices any) bool {
 		ck := chunk{Choices: choices, withUsage: withUsage}
 		switch c.req.Format {
 		case fmtChat:
 			ck.ID, ck.Object, ck.Created, ck.Model = g.id, "chat.completion.chunk", g.created, g.model
+			ck.PromptTokenIDs = ids.chatPrompt()
 		case fmtCompletions:
 			ck.ID, ck.Object, ck.Created, ck.Model = g.id, "text_completion", g.created, g.model
 		default:
@@ -44,12 +47,16 @@ func (w *Worker) stream(c *call, g genPlan) {
 			}
 		}
 	}
+	if killing && kill.sent == 0 {
+		w.die(c, kill, true)
+		return
+	}
 	for i := range g.count {
 		if i > 0 && !sleep(ctx, g.itl) {
 			return
 		}
 		for ci := range g.choices {
-			if !send(g.tokenChoices(c.req.Format, ci, i, nil)) {
+			if !send(ids.choices(g.tokenChoices(c.req.Format, ci, i, nil), ci, i)) {
 				return
 			}
 		}
@@ -57,9 +64,13 @@ func (w *Worker) stream(c *call, g genPlan) {
 			resetConn(c.rw, true)
 			return
 		}
+		if killing && kill.sent == i+1 {
+			w.die(c, kill, true)
+			return
+		}
 	}
 	for ci := range g.choices {
-		if !send(g.tokenChoices(c.req.Format, ci, -1, &g.finish)) {
+		if !send(ids.choices(g.tokenChoices(c.req.Format, ci, -1, &g.finish), ci, -1)) {
 			return
 		}
 	}

@@ -28,6 +28,9 @@ type Config struct {
 	BootstrapWait time.Duration
 	KVLease       time.Duration // how long produced KV stays pullable; default 30s
 	Advertise     string        // host:port peers reach this worker on; default the local address of each request
+	// Deterministic answers every request in the continuable deterministic
+	// mode (determ.go); without it only temperature-0 requests are.
+	Deterministic bool
 }
 
 // maxBody caps request bodies; generate bodies with kwargs_data can be large.
