@@ -18,10 +18,10 @@ func TestWorkerCacheHitThreshold(t *testing.T) {
 		name, path, body string
 		stream           bool
 	}{
-		{"chat", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"the quick brown fox jumps over the lazy dog again and again"}],"cache_hit_threshold":0.8%s}`, false},
-		{"chat stream", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"the quick brown fox jumps over the lazy dog again and again"}],"cache_hit_threshold":0.8,"stream":true,"stream_options":{"include_usage":true}%s}`, true},
-		{"completions", "/v1/completions", `{"model":"m","prompt":"the quick brown fox jumps over the lazy dog again and again","cache_hit_threshold":0.8%s}`, false},
-		{"completions stream", "/v1/completions", `{"model":"m","prompt":"the quick brown fox jumps over the lazy dog again and again","cache_hit_threshold":0.8,"stream":true%s}`, true},
+		{"chat", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"the quick brown fox jumps over the lazy dog again and again and again, past one KV block"}],"cache_hit_threshold":0.8%s}`, false},
+		{"chat stream", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"the quick brown fox jumps over the lazy dog again and again and again, past one KV block"}],"cache_hit_threshold":0.8,"stream":true,"stream_options":{"include_usage":true}%s}`, true},
+		{"completions", "/v1/completions", `{"model":"m","prompt":"the quick brown fox jumps over the lazy dog again and again and again, past one KV block","cache_hit_threshold":0.8%s}`, false},
+		{"completions stream", "/v1/completions", `{"model":"m","prompt":"the quick brown fox jumps over the lazy dog again and again and again, past one KV block","cache_hit_threshold":0.8,"stream":true%s}`, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w, srv := startWorker(t, Config{Roles: []Role{RoleDecode}})
