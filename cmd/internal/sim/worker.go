@@ -25,8 +25,8 @@ type Config struct {
 	// PrefillPerToken is the prefill cost of each prompt token the KV cache
 	// does not hold, added to TTFT (a decode that pulls its KV pays none).
 	PrefillPerToken time.Duration
-	RecordLimit     int           // records kept; default 1024
-	RecordBodyLimit int           // bytes of a body kept in a record; default 1 MiB
+	RecordLimit     int // records kept; default 1024
+	RecordBodyLimit int // bytes of a body kept in a record; default 1 MiB
 	// BootstrapWait bounds how long an SGLang prefill waits for its decode
 	// to join the room; 0 answers at once (a prefill that answers early).
 	BootstrapWait time.Duration
