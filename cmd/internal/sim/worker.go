@@ -22,11 +22,9 @@ type Config struct {
 	Faults          []Fault       // injected on every matching request
 	PrefixCacheSize int           // KV cache capacity in blocks (and prompt tails); default 4096
 	BlockSize       int           // KV block size in tokens; default 16, as vLLM's
-	// PrefillPerToken is the prefill cost of each prompt token the KV cache
-	// does not hold, added to TTFT (a decode that pulls its KV pays none).
-	PrefillPerToken time.Duration
-	RecordLimit     int // records kept; default 1024
-	RecordBodyLimit int // bytes of a body kept in a record; default 1 MiB
+	PrefillPerToken time.Duration // added to TTFT per uncached prompt token (not for a decode pulling KV)
+	RecordLimit     int           // records kept; default 1024
+	RecordBodyLimit int           // bytes of a body kept in a record; default 1 MiB
 	// BootstrapWait bounds how long an SGLang prefill waits for its decode
 	// to join the room; 0 answers at once (a prefill that answers early).
 	BootstrapWait time.Duration
