@@ -12,8 +12,9 @@ import (
 // simMetrics is a worker's GET /metrics: the subset of vLLM's (v1 engine)
 // Prometheus series that load- and cache-aware routers read, with vLLM's
 // names and labels (model_name, engine), so that a scraper written for vLLM
-// reads the simulator unchanged. Counters are exposed with the _total
-// suffix, as vLLM's prometheus_client does. Each worker has its own
+// reads the simulator unchanged. Counters carry the _total suffix that
+// vLLM's prometheus_client appends on the wire (client_golang exposes the
+// name as given). Each worker has its own
 // registry: two simulators in one process do not share series.
 type simMetrics struct {
 	reg *prometheus.Registry
@@ -46,10 +47,10 @@ func newSimMetrics(model string, kv *KVCache) *simMetrics {
 	m.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
 	m.usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
 	m.usageLegacy = gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage. DEPRECATED: use vllm:kv_cache_usage_perc.")
-	m.queries = counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.")
-	m.hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
-	m.prompt = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
-	m.generation = counter("vllm:generation_tokens", "Number of generation tokens processed.")
+	m.queries = counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.")
+	m.hits = counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.")
+	m.prompt = counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.")
+	m.generation = counter("vllm:generation_tokens_total", "Number of generation tokens processed.")
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "vllm:cache_config_info", Help: "Information of the LLMEngine CacheConfig",
 		ConstLabels: prometheus.Labels{"engine": "0", "block_size": strconv.Itoa(kv.BlockSize()),
