@@ -34,7 +34,8 @@ const (
 const PathModels = "/v1/models"
 
 // ListModels asks the upstreams for their models: in direct mode every
-// endpoint of every pool at once (the union, by id; an endpoint that fails
+// endpoint of every pool at once, named pools included (a model served only
+// by a named pool is listed) (the union, by id; an endpoint that fails
 // is skipped and reported in failed), in gateway mode the gateway, as a
 // decode leg (EPP-Profile: decode; a request without a profile would take
 // the client route back to celflow), tried twice. err is non-nil only when
@@ -43,10 +44,7 @@ func (c *Client) ListModels(ctx context.Context) (models []Model, failed []error
 	var bases []string
 	if c.impl.direct {
 		seen := map[string]bool{}
-		for _, p := range c.impl.pools {
-			if p == nil {
-				continue
-			}
+		for _, p := range c.impl.allPools() {
 			for _, e := range p.eps {
 				if !seen[e.base] {
 					seen[e.base] = true

@@ -51,7 +51,7 @@ func TestSimCommand(t *testing.T) {
 
 func TestSimCommandFlags(t *testing.T) {
 	for _, args := range [][]string{
-		{"--roles", "render,cook"}, {"--fault", "explode"}, {"stray"}, {"--ttft", "-1s"},
+		{"--roles", "render,cook"}, {"--fault", "explode"}, {"stray"}, {"--ttft", "-1s"}, {"--prefill-per-token", "-1ms"},
 		{"gateway", "--decode", "ftp://x"}, {"gateway", "--bogus"},
 	} {
 		var out, errb bytes.Buffer

@@ -10,6 +10,7 @@ import (
 // genPlan is what the fake model will answer for one request.
 type genPlan struct {
 	seed      uint64
+	cached    int // prompt tokens served from the KV cache
 	choices   int
 	count     int // tokens per choice
 	finish    string
@@ -42,8 +43,8 @@ func (g genPlan) text(c, i int) string {
 func (w *Worker) plan(c *call) genPlan {
 	req := c.req
 	g := genPlan{
-		seed: seedOf(req.Prompt.Tokens), choices: req.N, count: w.cfg.OutputTokens, finish: "stop",
-		ttft: w.cfg.TTFT, itl: w.cfg.ITL, model: req.Model, created: time.Now().Unix(),
+		seed: seedOf(req.Prompt.Tokens), cached: c.cached, choices: req.N, count: w.cfg.OutputTokens, finish: "stop",
+		ttft: w.cfg.TTFT + w.prefillCost(c), itl: w.cfg.ITL, model: req.Model, created: time.Now().Unix(),
 	}
 	if g.model == "" {
 		g.model = w.cfg.Model
@@ -83,7 +84,8 @@ func (w *Worker) plan(c *call) genPlan {
 
 func (g genPlan) usage(prompt int) usage {
 	n := g.choices * g.count
-	return usage{PromptTokens: prompt, CompletionTokens: n, TotalTokens: prompt + n}
+	return usage{PromptTokens: prompt, CompletionTokens: n, TotalTokens: prompt + n,
+		PromptTokensDetails: promptTokensDetails{CachedTokens: g.cached}}
 }
 
 // generate writes the answer, as JSON or SSE, with the configured latency.

@@ -28,6 +28,8 @@ func (w *Worker) infer(f format) func(*call) {
 			return
 		}
 		p := req.Prompt
+		c.cached = w.cache.Cached(p)
+		w.met.lookup(len(p.Tokens), c.cached)
 		if role == RoleDecode && req.CacheHitThreshold != nil && req.KV == nil {
 			// Worker-decided conditional decode (vLLM RFC #24256): the
 			// threshold rules, Prefer is ignored as vLLM ignores it. A
@@ -46,6 +48,8 @@ func (w *Worker) infer(f format) func(*call) {
 			c.cache = "hit"
 			c.rw.Header().Set("X-Sim-Cache", "hit")
 		}
+		end := w.met.start(w.kvBlocks(req))
+		defer end()
 		out, err := w.handoff(c, p)
 		if err != nil {
 			if c.r.Context().Err() != nil {
@@ -62,7 +66,11 @@ func (w *Worker) infer(f format) func(*call) {
 		if role == RoleDecode {
 			w.prefix.Insert(p)
 		}
+		w.met.prompt.Add(float64(len(p.Tokens)))
 		w.generate(c, out)
+		if c.complete {
+			w.met.generation.Add(float64(req.N * w.answerLen(req)))
+		}
 	}
 }
 

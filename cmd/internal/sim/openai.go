@@ -17,6 +17,12 @@ type usage struct {
 	PromptTokensDetails any `json:"prompt_tokens_details"`
 }
 
+// promptTokensDetails is vLLM's PromptTokenUsageInfo: the prompt tokens
+// served from the prefix cache (whole blocks only).
+type promptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
 type chatMessageOut struct {
 	Role             string `json:"role"`
 	Content          string `json:"content"`

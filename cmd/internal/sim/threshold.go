@@ -11,17 +11,16 @@ import (
 const finishCacheThreshold = "cache_threshold"
 
 // thresholdMet applies the request's cache_hit_threshold with the worker's
-// prefix cache (the one that decides Prefer: if-available): the cached
-// fraction of the prompt is the longest cached prefix over the prompt's
-// length. Below the threshold the worker answers at once, 200, with
-// finish_reason "cache_threshold", no tokens and usage of the prompt alone
-// (JSON, or one SSE event, the usage event when asked, and [DONE]), and
-// thresholdMet returns false. At or above it the request is served (true).
+// KV cache. The cached share compared is cachedShare's: the prompt tokens
+// served from cache over the prompt tokens a cache can ever serve (whole
+// blocks only), not over the whole prompt, so that a fully cached prompt
+// meets any threshold however far past a block boundary it ends. Below the
+// threshold the worker answers at once, 200, with finish_reason
+// "cache_threshold", no tokens and usage of the prompt alone (JSON, or one
+// SSE event, the usage event when asked, and [DONE]), and thresholdMet
+// returns false. At or above it the request is served (true).
 func (w *Worker) thresholdMet(c *call, p promptInfo) bool {
-	frac := 1.0
-	if n := len(p.Tokens); n > 0 {
-		frac = float64(w.prefix.Covered(p)) / float64(n)
-	}
+	frac := cachedShare(len(p.Tokens), c.cached, w.cache.Cacheable(p))
 	if frac >= *c.req.CacheHitThreshold {
 		c.cache = "hit"
 		c.rw.Header().Set("X-Sim-Cache", "hit")
@@ -72,4 +71,19 @@ func (w *Worker) thresholdMet(c *call, p promptInfo) bool {
 		c.complete = false
 	}
 	return false
+}
+
+// cachedShare is the share of a prompt of n tokens that the cache served,
+// counted against the cacheable tokens (the whole blocks within all but its
+// last token, as vLLM caches): cached / cacheable. An empty prompt is
+// wholly cached (1); a non-empty one with no whole block to cache has a
+// share of 0, so only a threshold of 0 serves it.
+func cachedShare(n, cached, cacheable int) float64 {
+	switch {
+	case n == 0:
+		return 1
+	case cacheable == 0:
+		return 0
+	}
+	return float64(cached) / float64(cacheable)
 }

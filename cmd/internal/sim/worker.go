@@ -20,7 +20,9 @@ type Config struct {
 	OutputTokens    int           // natural answer length; default 16
 	SharedDir       string        // kv-shared-storage dir; default $TMPDIR/celflow-sim-kv
 	Faults          []Fault       // injected on every matching request
-	PrefixCacheSize int           // prefix hashes kept; default 4096
+	PrefixCacheSize int           // KV cache capacity in blocks (and prompt tails); default 4096
+	BlockSize       int           // KV block size in tokens; default 16, as vLLM's
+	PrefillPerToken time.Duration // added to TTFT per uncached prompt token (not for a decode pulling KV)
 	RecordLimit     int           // records kept; default 1024
 	RecordBodyLimit int           // bytes of a body kept in a record; default 1 MiB
 	// BootstrapWait bounds how long an SGLang prefill waits for its decode
@@ -42,7 +44,9 @@ type Worker struct {
 	roles  map[Role]bool
 	mux    *http.ServeMux
 	rec    *Recorder
-	prefix *PrefixCache
+	cache  *KVCache
+	prefix *PrefixCache // the Prefer: if-available view of cache
+	met    *simMetrics
 	faults *faultSet
 	kv     *leaseStore[kvEntry]
 	ec     *leaseStore[int]
@@ -83,12 +87,16 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if cfg.KVLease <= 0 {
 		cfg.KVLease = 30 * time.Second
 	}
-	if cfg.TTFT < 0 || cfg.ITL < 0 {
-		return nil, fmt.Errorf("ttft and itl must not be negative")
+	if cfg.BlockSize <= 0 {
+		cfg.BlockSize = DefaultBlockSize
 	}
+	if cfg.TTFT < 0 || cfg.ITL < 0 || cfg.PrefillPerToken < 0 {
+		return nil, fmt.Errorf("ttft, itl and prefill-per-token must not be negative")
+	}
+	cache := NewKVCache(cfg.PrefixCacheSize, cfg.BlockSize)
 	w := &Worker{
 		cfg: cfg, roles: map[Role]bool{}, mux: http.NewServeMux(),
-		rec: NewRecorder(cfg.RecordLimit, cfg.RecordBodyLimit), prefix: NewPrefixCache(cfg.PrefixCacheSize),
+		rec: NewRecorder(cfg.RecordLimit, cfg.RecordBodyLimit), cache: cache, prefix: &PrefixCache{kv: cache}, met: newSimMetrics(cfg.Model, cache),
 		faults: newFaultSet(cfg.Faults), kv: newLeaseStore[kvEntry](cfg.KVLease, 8192), ec: newLeaseStore[int](cfg.KVLease, 8192),
 		joinWait: roomJoinWait,
 	}
@@ -109,6 +117,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	w.mux.Handle("/sim/records", w.rec)
 	w.mux.HandleFunc("GET /health", func(rw http.ResponseWriter, _ *http.Request) { rw.WriteHeader(http.StatusOK) })
 	w.mux.HandleFunc("GET /v1/models", w.models)
+	w.mux.Handle("GET /metrics", w.met.handler())
 	return w, nil
 }
 
@@ -120,6 +129,9 @@ func (w *Worker) Records() *Recorder { return w.rec }
 
 // PrefixCache is the worker's prefix cache (decode role).
 func (w *Worker) PrefixCache() *PrefixCache { return w.prefix }
+
+// KVCache is the worker's KV cache (the blocks behind PrefixCache).
+func (w *Worker) KVCache() *KVCache { return w.cache }
 
 // Config is the worker's effective configuration.
 func (w *Worker) Config() Config { return w.cfg }
@@ -142,6 +154,7 @@ type call struct {
 	req      *request // worker endpoints: the parsed body, nil when invalid
 	fault    Fault
 	cache    string
+	cached   int  // prompt tokens the KV cache held (usage cached_tokens)
 	complete bool // the reply was written in full
 }
 

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/celflow/celflow/cmd/internal/sim"
 	"github.com/celflow/celflow/connectors/upstream"
 )
 
@@ -234,5 +235,43 @@ func TestHealthWhileDraining(t *testing.T) {
 	}
 	if resp, _ := h.do(t, "GET", "/v1/models", "", nil); resp.StatusCode != 503 {
 		t.Fatalf("/v1/models while draining: %d", resp.StatusCode)
+	}
+}
+
+// Direct mode lists every pool's models, a named pool's included (issue
+// 20): real celflow-sim workers, one serving a model only the named pool
+// has; gateway mode still asks the gateway alone (TestModelsGateway).
+func TestModelsDirectNamedPools(t *testing.T) {
+	startSim := func(model string) string {
+		u, stop, err := sim.Start([]string{"--listen", "127.0.0.1:0", "--model", model})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { stop() })
+		return u
+	}
+	base, big, small := startSim("base"), startSim("big-only"), startSim("small-only")
+	for _, tc := range []struct {
+		name  string
+		pools map[upstream.Role][]upstream.Endpoint
+		want  string
+	}{
+		{"roles only", map[upstream.Role][]upstream.Endpoint{upstream.RoleDecode: {{URL: base}}}, "base"},
+		{"a named pool", map[upstream.Role][]upstream.Endpoint{
+			upstream.RoleDecode: {{URL: base}}, "big": {{URL: big}},
+		}, "base,big-only"},
+		{"two named pools sharing an endpoint", map[upstream.Role][]upstream.Endpoint{
+			upstream.RolePrefill: {{URL: base}}, upstream.RoleDecode: {{URL: base}},
+			"big": {{URL: big}, {URL: small}}, "small": {{URL: small}},
+		}, "base,big-only,small-only"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := start(t, nil, nil)
+			h.srv.SetModels(modelsFrom(t, upstream.Config{Pools: tc.pools}))
+			resp, body, l := h.models(t)
+			if resp.StatusCode != 200 || ids(l) != tc.want {
+				t.Fatalf("%d %s, want %s", resp.StatusCode, body, tc.want)
+			}
+		})
 	}
 }
