@@ -18,7 +18,7 @@ TAGS    := grpcnotrace
 # The serving binary's size budget (stripped): 25 MiB.
 MAX_BIN_BYTES := 26214400
 
-.PHONY: image build test test-race test-unit test-e2e lint validate bench bench-go demo trace-demo clean fuzz fuzz-short
+.PHONY: image deploy-manifests build test test-race test-unit test-e2e lint validate bench bench-go demo trace-demo clean fuzz fuzz-short
 
 ## build: bin/celflow (the serving binary) and the tools bin/celflow-sim, bin/celflow-bench,
 ## bin/celflow-demo, in one go build.
@@ -42,6 +42,12 @@ image:
 	cd .ci/image && $(GO) run -mod=readonly . --binary $(CURDIR)/$(IMAGE_DIR)/celflow --out $(CURDIR)/$(IMAGE_DIR)/oci \
 	  --version '$(VERSION)' --revision "$$(git rev-parse HEAD 2>/dev/null)" --source '$(IMAGE_SOURCE)' \
 	  --created "$$(git log -1 --format=%ct 2>/dev/null || echo 0)"
+
+## deploy-manifests: regenerate the plain manifests docs/deploy/*.yaml from the Helm chart
+## (docs/deploy/helm/celflow, default values) with the pinned helm .ci/kube.sh builds (cached);
+## .ci/kube's TestManifestsCurrent fails in CI when they and the chart disagree.
+deploy-manifests:
+	cd .ci/kube && KUBE_BIN="$$(bash ../kube.sh helm)" $(GO) test -count=1 -run TestManifestsCurrent . -args -update
 
 ## test: lint, unit tests (which replay every committed fuzz input in testdata/fuzz as a
 ## regression case), workflow validation and the end-to-end suite (real processes on
