@@ -1,4 +1,6 @@
-// Package k8scheck checks the Kubernetes manifests under docs/deploy offline:
+// Package k8scheck checks the Kubernetes manifests under docs/deploy offline
+// (the Helm chart docs/deploy/helm/celflow rendered with its default values by
+// `make deploy-manifests`; .ci/kube checks they are current):
 // every document is decoded strictly into its Kubernetes API type, so a
 // misspelt or misplaced field fails CI instead of being pruned silently by the
 // API server (or rejected only at `kubectl apply`).
