@@ -44,9 +44,18 @@ type variant struct {
 
 func variants() []variant {
 	ci := filepath.Join(chartDir(), "ci")
+	gateway := []string{"-f", filepath.Join(ci, "gateway-values.yaml")}
+	// The dashboards and alerting rules the chart ships (files/, maintained
+	// with the Prometheus checks) are rendered once they exist.
+	if m, _ := filepath.Glob(filepath.Join(chartDir(), "files", "dashboards", "*.json")); len(m) > 0 {
+		gateway = append(gateway, "--set", "metrics.dashboards.enabled=true")
+	}
+	if m, _ := filepath.Glob(filepath.Join(chartDir(), "files", "alerts", "*.yaml")); len(m) > 0 {
+		gateway = append(gateway, "--set", "metrics.prometheusRule.enabled=true")
+	}
 	return []variant{
 		{"default", nil},
-		{"gateway", []string{"-f", filepath.Join(ci, "gateway-values.yaml")}},
+		{"gateway", gateway},
 		{"direct", []string{"-f", filepath.Join(ci, "direct-values.yaml")}},
 		{"tls-async", []string{"-f", filepath.Join(ci, "tls-async-values.yaml"),
 			"--set-file", "workflow=" + filepath.Join(repoRoot, "workflows", "epd-async.yaml")}},
@@ -206,43 +215,64 @@ func TestRenderedArithmetic(t *testing.T) {
 // TestRenderedConfigValidates runs `celflow validate --config` on the ConfigMap
 // of every variant: the chart never ships a config serve would refuse.
 func TestRenderedConfigValidates(t *testing.T) {
+	bin := celflowBin(t)
+	tls := writeTLSFiles(t)
+	for _, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			out, cfg, err := validateRendered(t, bin, tls, v.args...)
+			if err != nil {
+				t.Fatalf("celflow validate --config (%s): %v\n%s\n--- config:\n%s", v.name, err, out, cfg)
+			}
+			t.Logf("%s", out)
+		})
+	}
+	// And the check bites: a value celflow refuses, which the chart's schema
+	// cannot know (config is celflow's), fails here.
+	t.Run("a bad config value is caught", func(t *testing.T) {
+		out, _, err := validateRendered(t, bin, tls, "--set", "config.server.read_timeout=5parsecs")
+		if err == nil || !strings.Contains(out, "server.read_timeout") {
+			t.Fatalf("celflow validate accepted read_timeout 5parsecs (err %v):\n%s", err, out)
+		}
+	})
+}
+
+func celflowBin(t *testing.T) string {
 	bin := os.Getenv("CELFLOW_BIN")
 	if bin == "" {
 		t.Skip("CELFLOW_BIN not set: make build, then CELFLOW_BIN=$PWD/bin/celflow")
 	}
-	tls := writeTLSFiles(t)
-	for _, v := range variants() {
-		t.Run(v.name, func(t *testing.T) {
-			out := render(t, "default", append([]string{"--show-only", "templates/configmap.yaml"}, v.args...)...)
-			objs := docs(t, out)
-			if len(objs) != 1 {
-				t.Fatalf("%d objects in configmap.yaml", len(objs))
-			}
-			cfg := objs[0]["data"].(map[string]any)["celflow.yaml"].(string)
-			file := filepath.Join(t.TempDir(), "celflow.yaml")
-			if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			// Only the variables the pod would have: the TLS files the Secret
-			// mounts at /etc/celflow/tls live elsewhere here, and the Redis URL
-			// comes from a Secret.
-			env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
-			if strings.Contains(cfg, "/etc/celflow/tls/") {
-				env = append(env,
-					"CELFLOW_SERVER_TLS_CERT_FILE="+tls.cert,
-					"CELFLOW_SERVER_TLS_KEY_FILE="+tls.key,
-					"CELFLOW_SERVER_TLS_CLIENT_CA_FILE="+tls.ca)
-			}
-			if strings.Contains(cfg, "type: async-broker") {
-				env = append(env, "CELFLOW_ASYNC_REDIS_URL=redis://redis.llm.svc:6379/0")
-			}
-			stdout, stderr, err := run(t, env, nil, bin, "validate", "--config", file)
-			if err != nil {
-				t.Fatalf("celflow validate --config (%s): %v\n%s%s\n--- config:\n%s", v.name, err, stdout, stderr, cfg)
-			}
-			t.Logf("%s", strings.TrimSpace(stdout+stderr))
-		})
+	return bin
+}
+
+// validateRendered renders the ConfigMap with args and runs celflow validate
+// --config on its celflow.yaml; it returns the output, the config and the error.
+func validateRendered(t *testing.T, bin string, tls tlsFiles, args ...string) (string, string, error) {
+	t.Helper()
+	out := render(t, "default", append([]string{"--show-only", "templates/configmap.yaml"}, args...)...)
+	objs := docs(t, out)
+	if len(objs) != 1 {
+		t.Fatalf("%d objects in configmap.yaml", len(objs))
 	}
+	cfg := objs[0]["data"].(map[string]any)["celflow.yaml"].(string)
+	file := filepath.Join(t.TempDir(), "celflow.yaml")
+	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Only the variables the pod would have: the TLS files the Secret mounts
+	// at /etc/celflow/tls live elsewhere here, and the Redis URL of the async
+	// variant comes from a Secret.
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	if strings.Contains(cfg, "/etc/celflow/tls/") {
+		env = append(env,
+			"CELFLOW_SERVER_TLS_CERT_FILE="+tls.cert,
+			"CELFLOW_SERVER_TLS_KEY_FILE="+tls.key,
+			"CELFLOW_SERVER_TLS_CLIENT_CA_FILE="+tls.ca)
+	}
+	if strings.Contains(cfg, "type: async-broker") {
+		env = append(env, "CELFLOW_ASYNC_REDIS_URL=redis://redis.llm.svc:6379/0")
+	}
+	stdout, stderr, err := run(t, env, nil, bin, "validate", "--config", file)
+	return strings.TrimSpace(stdout + stderr), cfg, err
 }
 
 // generated are the plain manifests in docs/deploy/, one per chart template,
