@@ -45,12 +45,20 @@ for p in chartutil lint/rules; do
   helm_ldflags+=" -X helm.sh/helm/v3/pkg/$p.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/$p.k8sVersionMinor=37"
 done
 
+# What Kubernetes' hack/lib/version.sh stamps: without it the binaries report
+# v0.0.0-master, and helm refuses the chart's kubeVersion against such a server.
+kube_ldflags=""
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  kube_ldflags+=" -X $p.gitVersion=$kube_version -X $p.gitMajor=1 -X $p.gitMinor=37"
+  kube_ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+done
+
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=(kube-apiserver kubectl helm)
 for w in "${want[@]}"; do
   case "$w" in
-    kube-apiserver) build "$here/kube" kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver ;;
-    kubectl) build "$here/kube" kubectl k8s.io/kubernetes/cmd/kubectl ;;
+    kube-apiserver) build "$here/kube" kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$kube_ldflags" ;;
+    kubectl) build "$here/kube" kubectl k8s.io/kubernetes/cmd/kubectl "$kube_ldflags" ;;
     helm) build "$here/kube/helm" helm helm.sh/helm/v3/cmd/helm "$helm_ldflags" ;;
     *) echo "kube.sh: unknown binary $w (kube-apiserver, kubectl, helm)" >&2; exit 2 ;;
   esac
