@@ -212,6 +212,37 @@ func TestRenderedArithmetic(t *testing.T) {
 	}
 }
 
+// The reload mode and the autoscaler change the Deployment as documented.
+func TestRenderedModes(t *testing.T) {
+	podAnnotations := func(objs []map[string]any) map[string]any {
+		dep := find(objs, "Deployment", release)
+		md, _ := dep["spec"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)
+		a, _ := md["annotations"].(map[string]any)
+		return a
+	}
+	if a := podAnnotations(docs(t, render(t, "default"))); a["checksum/config"] == nil {
+		t.Error("configReload rollout (default): no checksum/config on the pod template")
+	}
+	if a := podAnnotations(docs(t, render(t, "default", "--set", "configReload=sighup"))); a["checksum/config"] != nil {
+		t.Error("configReload sighup: the pod template still carries checksum/config (a config change would roll the pods)")
+	}
+	objs := docs(t, render(t, "default", "--set", "autoscaling.enabled=true"))
+	if find(objs, "HorizontalPodAutoscaler", release) == nil {
+		t.Error("autoscaling.enabled: no HorizontalPodAutoscaler")
+	}
+	if _, ok := find(objs, "Deployment", release)["spec"].(map[string]any)["replicas"]; ok {
+		t.Error("autoscaling.enabled: the Deployment still sets replicas (each upgrade would fight the HPA)")
+	}
+	direct := docs(t, render(t, "default", "-f", filepath.Join(chartDir(), "ci", "direct-values.yaml")))
+	for _, kind := range []string{"InferencePool", "Gateway", "NetworkPolicy"} {
+		for _, o := range direct {
+			if o["kind"] == kind {
+				t.Errorf("direct mode renders a %s", kind)
+			}
+		}
+	}
+}
+
 // TestRenderedConfigValidates runs `celflow validate --config` on the ConfigMap
 // of every variant: the chart never ships a config serve would refuse.
 func TestRenderedConfigValidates(t *testing.T) {
