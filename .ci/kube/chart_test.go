@@ -173,6 +173,7 @@ func TestValuesRefused(t *testing.T) {
 		{"misspelt key", []string{"--set", "replicas=3"}, []string{"additional properties 'replicas' not allowed"}},
 		{"derived key in config", []string{"--set", "config.server.listen=:9000"}, []string{"config.server.listen is set by the chart"}},
 		{"readiness slower than the drain delay", []string{"--set", "drain.drainDelaySeconds=3"}, []string{"probes.readiness takes 4s", "drainDelaySeconds (3)"}},
+		{"more headers to strip than a route filter holds", []string{"--set", "publicGateway.extraRemoveHeaders={a,b,c,d,e}"}, []string{"would remove 17 headers", "allows 16"}},
 		{"route timeout above the drain", []string{"--set", "routeTimeoutSeconds=600"}, []string{"routeTimeoutSeconds (600) exceeds drain.shutdownTimeoutSeconds (300)"}},
 	}
 	for _, c := range cases {
