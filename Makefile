@@ -18,7 +18,7 @@ TAGS    := grpcnotrace
 # The serving binary's size budget (stripped): 25 MiB.
 MAX_BIN_BYTES := 26214400
 
-.PHONY: build test test-race test-unit test-e2e lint validate bench bench-go demo trace-demo clean fuzz fuzz-short
+.PHONY: image deploy-manifests build test test-race test-unit test-e2e lint validate bench bench-go demo trace-demo clean fuzz fuzz-short
 
 ## build: bin/celflow (the serving binary) and the tools bin/celflow-sim, bin/celflow-bench,
 ## bin/celflow-demo, in one go build.
@@ -29,6 +29,25 @@ $(BIN) $(SIM_BIN) $(BENCH_BIN) $(DEMO_BIN): FORCE
 	@size=$$(wc -c <$(BIN)); if [ $$size -gt $(MAX_BIN_BYTES) ]; then \
 	  echo "$(BIN) is $$size bytes, over its $(MAX_BIN_BYTES)-byte budget"; exit 1; fi
 FORCE:
+
+## image: the OCI image, without a container daemon or a registry: a static (CGO_ENABLED=0) build
+## of ./cmd/celflow with the same flags, laid by .ci/image (go-containerregistry, no base image to
+## pull) as an OCI image layout in bin/image/oci, user 65532, the version, commit and source in
+## its org.opencontainers.image.* labels. Push it with `crane push bin/image/oci REF` or
+## `skopeo copy oci:bin/image/oci docker://REF` (docs/deploy.md).
+IMAGE_DIR    ?= bin/image
+IMAGE_SOURCE ?= https://github.com/celflow/celflow
+image:
+	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o $(IMAGE_DIR)/celflow ./cmd/celflow
+	cd .ci/image && $(GO) run -mod=readonly . --binary $(CURDIR)/$(IMAGE_DIR)/celflow --out $(CURDIR)/$(IMAGE_DIR)/oci \
+	  --version '$(VERSION)' --revision "$$(git rev-parse HEAD 2>/dev/null)" --source '$(IMAGE_SOURCE)' \
+	  --created "$$(git log -1 --format=%ct 2>/dev/null || echo 0)"
+
+## deploy-manifests: regenerate the plain manifests docs/deploy/*.yaml from the Helm chart
+## (docs/deploy/helm/celflow, default values) with the pinned helm .ci/kube.sh builds (cached);
+## .ci/kube's TestManifestsCurrent fails in CI when they and the chart disagree.
+deploy-manifests:
+	cd .ci/kube && KUBE_BIN="$$(bash ../kube.sh helm)" $(GO) test -count=1 -run TestManifestsCurrent . -args -update
 
 ## test: lint, unit tests (which replay every committed fuzz input in testdata/fuzz as a
 ## regression case), workflow validation and the end-to-end suite (real processes on

@@ -84,7 +84,7 @@ func TestDeploymentShape(t *testing.T) {
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
 		t.Errorf("replicas unset or not 2 (stateless, two for availability): %v", ptrString(d.Spec.Replicas))
 	}
-	if want := []string{"serve", "--config", "/etc/celflow/celflow.yaml"}; !slices.Equal(c.Args, want) {
+	if want := []string{"serve", "--config", "/etc/celflow/config/celflow.yaml"}; !slices.Equal(c.Args, want) {
 		t.Errorf("args = %q, want %q", c.Args, want)
 	}
 	// listen port == containerPort named http, which the probes use.
@@ -200,9 +200,11 @@ func TestServiceAndBudgetSelectThePods(t *testing.T) {
 			t.Errorf("Service selector %s=%s does not match the pods", k, v)
 		}
 	}
+	// Port http carries the clients' requests, port metrics the scrape (the
+	// separate server.metrics_listen listener); each targets its named port.
 	for _, p := range svc.Spec.Ports {
-		if p.TargetPort != intstr.FromString("http") {
-			t.Errorf("Service port %d targets %s, want the named port http", p.Port, p.TargetPort.String())
+		if (p.Name != "http" && p.Name != "metrics") || p.TargetPort != intstr.FromString(p.Name) {
+			t.Errorf("Service port %s/%d targets %s, want port http or metrics targeting the container port of that name", p.Name, p.Port, p.TargetPort.String())
 		}
 	}
 	if svc.Spec.Type != corev1.ServiceTypeClusterIP {

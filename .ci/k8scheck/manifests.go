@@ -1,4 +1,6 @@
-// Package k8scheck checks the Kubernetes manifests under docs/deploy offline:
+// Package k8scheck checks the Kubernetes manifests under docs/deploy offline
+// (the Helm chart docs/deploy/helm/celflow rendered with its default values by
+// `make deploy-manifests`; .ci/kube checks they are current):
 // every document is decoded strictly into its Kubernetes API type, so a
 // misspelt or misplaced field fails CI instead of being pruned silently by the
 // API server (or rejected only at `kubectl apply`).
@@ -17,6 +19,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -55,6 +58,7 @@ var kinds = map[string]func() any{
 	"v1/Service":                                   func() any { return &corev1.Service{} },
 	"apps/v1/Deployment":                           func() any { return &appsv1.Deployment{} },
 	"policy/v1/PodDisruptionBudget":                func() any { return &policyv1.PodDisruptionBudget{} },
+	"autoscaling/v2/HorizontalPodAutoscaler":       func() any { return &autoscalingv2.HorizontalPodAutoscaler{} },
 	"networking.k8s.io/v1/NetworkPolicy":           func() any { return &networkingv1.NetworkPolicy{} },
 	"gateway.networking.k8s.io/v1/Gateway":         func() any { return &gatewayv1.Gateway{} },
 	"gateway.networking.k8s.io/v1/HTTPRoute":       func() any { return &gatewayv1.HTTPRoute{} },

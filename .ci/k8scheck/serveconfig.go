@@ -22,6 +22,8 @@ type ServeConfig struct {
 	Upstream struct {
 		Mode    string `json:"mode"`
 		Gateway string `json:"gateway"`
+		Render  string `json:"render"` // the address of render nodes that name none
+
 	} `json:"upstream"`
 	Workflow json.RawMessage `json:"workflow"`
 }
