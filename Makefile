@@ -82,8 +82,9 @@ validate: build
 bench-go:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2000x ./engine/... ./nodes/...
 
-## bench runs the Go micro-benchmarks itself and writes them into the same report.
-bench: build
+## bench runs the Go micro-benchmarks itself and writes them into the same report, with the
+## size of the image make image writes.
+bench: build image
 	$(BENCH_BIN) --bin $(BIN) --out docs/benchmarks.md
 
 ## demo: simulated workers + celflow on loopback, four requests through the E/P/D workflow.

@@ -20,6 +20,8 @@ type Machine struct {
 	Commit    string // git rev-parse --short HEAD, "+dirty" when the tree has changes
 	Date      time.Time
 	BinBytes  int64 // size of the measured binary
+	Image     Image // bin/image/oci beside the binary (make image), when ImageErr is nil
+	ImageErr  error
 }
 
 const modulePath = "github.com/celflow/celflow"
@@ -68,6 +70,7 @@ func readMachine(root, bin string) Machine {
 	if fi, err := os.Stat(bin); err == nil {
 		m.BinBytes = fi.Size()
 	}
+	m.Image, m.ImageErr = readImage(filepath.Join(filepath.Dir(bin), "image", "oci"))
 	return m
 }
 

@@ -174,7 +174,7 @@ func Checks(r *Results, gb []GoBench, m Machine) []Check {
 		bin.Measured = fmt.Sprintf("%.1f MiB (%.1f MB)", float64(m.BinBytes)/(1<<20), float64(m.BinBytes)/1e6)
 		bin.Verdict = verdict(m.BinBytes <= 25<<20)
 	}
-	out = append(out, bin)
+	out = append(out, bin, imageCheck(m.Image, m.ImageErr))
 	return append(out, overloadChecks(r.Overload)...)
 }
 
