@@ -30,6 +30,10 @@ type LoadOptions struct {
 	Pools Pools
 	// WriteTimeout is the server's write_timeout, passed to BuildContext.
 	WriteTimeout time.Duration
+	// Entry is the front's entry (front.Entry), which explain and the
+	// tests: block run each request through exactly as serve does; nil:
+	// the core's own (NewRequest under a fresh id), for the core's tests.
+	Entry Entry
 }
 
 // services is what every node of the build sees: its own map, so that a
@@ -123,7 +127,7 @@ type compiler struct {
 func compile(doc *schema.Doc, opts LoadOptions, hash string) (*Workflow, schema.Diagnostics) {
 	opts.Services = opts.services()
 	c := &compiler{doc: doc, opts: opts, ids: map[string]int{},
-		w: &Workflow{file: doc.File, hash: hash, doc: doc, pool: &sync.Pool{}, closing: &closeState{}}}
+		w: &Workflow{file: doc.File, hash: hash, doc: doc, pool: &sync.Pool{}, closing: &closeState{}, entry: opts.Entry}}
 	c.ds = schema.Validate(doc, schema.WorkflowID, "")
 	if _, ok := doc.Root.(map[string]any); !ok {
 		return nil, c.ds
