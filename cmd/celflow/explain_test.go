@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -225,5 +227,37 @@ func TestTestsBlockIsServePath(t *testing.T) {
 	// The same file under validate, which runs the tests too.
 	if code, out, _ := runCmd(validate, wf); code != 0 {
 		t.Fatalf("validate: exit %d\n%s", code, out)
+	}
+}
+
+// graph --format json: the documented shape (docs/workflow-reference.md,
+// celflow graph), compared with its golden; -update-graph rewrites it.
+var updateGraph = flag.Bool("update-graph", false, "rewrite testdata/workflows/valid/epd.graph.json")
+
+func TestGraphJSON(t *testing.T) {
+	code, out, errs := runCmd(graphC, "--format", "json", validEPD)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	golden := strings.TrimSuffix(validEPD, ".yaml") + ".graph.json"
+	if *updateGraph {
+		os.WriteFile(golden, []byte(out), 0o644)
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != string(want) {
+		t.Errorf("graph json differs from %s:\n%s", golden, out)
+	}
+	var g struct {
+		Nodes []map[string]any
+		Edges []struct{ From, To, If string }
+	}
+	if err := json.Unmarshal([]byte(out), &g); err != nil || len(g.Nodes) == 0 || len(g.Edges) == 0 {
+		t.Fatalf("not the documented shape: %v\n%s", err, out)
+	}
+	if code, _, _ := runCmd(graphC, "--format", "yaml", validEPD); code != 2 {
+		t.Errorf("unknown format: exit %d", code)
 	}
 }
