@@ -139,7 +139,9 @@ func TestValidate(t *testing.T) {
 		{"name: x\nt: \"30\"", `f.yaml:2:4: t: invalid duration "30" (want a non-negative Go duration such as "30s" or "1m30s") [schema/duration]`},
 		{"name: x\nt: abc", `f.yaml:2:4: t: invalid duration "abc" (want a non-negative Go duration such as "30s" or "1m30s") [schema/duration]`},
 		{"name: x\nt: -1s", `f.yaml:2:4: t: invalid duration "-1s" (want a non-negative Go duration such as "30s" or "1m30s") [schema/duration]`},
-		{"name: x\nt: 30", "f.yaml:2:4: t: expected string, got 30 [schema/wrong-type]"},
+		// A number where a duration belongs is the duration rule, as the
+		// rules table says (30 and "30" alike), not a wrong type (issue 18).
+		{"name: x\nt: 30", `f.yaml:2:4: t: invalid duration 30 (want a non-negative Go duration such as "30s" or "1m30s") [schema/duration]`},
 		{"name: x\non: \"true\"", `f.yaml:2:5: on: expected boolean, got "true" [schema/wrong-type]`},
 		{"name: x\non: 1", "f.yaml:2:5: on: expected boolean, got 1 [schema/wrong-type]"},
 		{"name: 42", "f.yaml:1:7: name: expected string, got 42 [schema/wrong-type]"},
