@@ -47,7 +47,7 @@ func LoadYAML(file string, data []byte) (*Doc, Diagnostics) {
 		if errors.Is(err, io.EOF) {
 			return nil, Diagnostics{{File: file, Line: 1, Col: 1, Msg: "empty document", Rule: RuleYAMLSyntax}}
 		}
-		return nil, Diagnostics{yamlErr(file, err)}
+		return nil, Diagnostics{yamlErr(file, data, err)}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
@@ -64,14 +64,108 @@ func LoadYAML(file string, data []byte) (*Doc, Diagnostics) {
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-// yamlErr positions a yaml.v3 syntax error; yaml.v3 reports lines only.
-func yamlErr(file string, err error) Diagnostic {
+// yamlErr positions a yaml.v3 syntax error. yaml.v3 reports a line only,
+// and often the line where the enclosing block starts (its context), not the
+// offending one: the first prefix of the document, in whole lines, that fails
+// with the same message is the offending line, and the column is the token
+// the message is about (the colon a mapping value is not allowed after, a
+// tab), else the line's first non-blank character, never a blind column 1.
+func yamlErr(file string, data []byte, err error) Diagnostic {
+	l, text := yamlMsg(err)
+	lines := strings.SplitAfter(string(data), "\n")
+	const maxScan = 2000 // lines; beyond it the reported line stands (the scan is quadratic)
+	if len(lines) <= maxScan {
+		for k := 1; k < len(lines); k++ {
+			var n yaml.Node
+			e := yaml.Unmarshal([]byte(strings.Join(lines[:k], "")), &n)
+			if e == nil {
+				continue
+			}
+			if _, t := yamlMsg(e); t == text {
+				l = k
+			}
+			break
+		}
+	}
+	col := 1
+	if l >= 1 && l <= len(lines) {
+		col = yamlErrCol(strings.TrimRight(lines[l-1], "\r\n"), text)
+	}
+	return Diagnostic{File: file, Line: l, Col: col, Msg: "invalid YAML: " + text, Rule: RuleYAMLSyntax}
+}
+
+// yamlMsg splits a yaml.v3 error into its line (1 when it names none) and text.
+func yamlMsg(err error) (int, string) {
 	msg := err.Error()
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		l, _ := strconv.Atoi(m[1])
-		return Diagnostic{File: file, Line: l, Col: 1, Msg: "invalid YAML: " + m[2], Rule: RuleYAMLSyntax}
+		return l, m[2]
 	}
-	return Diagnostic{File: file, Line: 1, Col: 1, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: "), Rule: RuleYAMLSyntax}
+	return 1, strings.TrimPrefix(msg, "yaml: ")
+}
+
+// yamlErrCol is the 1-based column (in runes) a yaml.v3 message is about on
+// line.
+func yamlErrCol(line, msg string) int {
+	runeCol := func(byteOff int) int { return len([]rune(line[:byteOff])) + 1 }
+	first := len(line) - len(strings.TrimLeft(line, " \t"))
+	switch {
+	case strings.Contains(msg, "mapping values are not allowed"):
+		// The last ": " (or a trailing ":") outside quotes: the one the
+		// line cannot take.
+		last := -1
+		var q byte
+		for i := 0; i < len(line); i++ {
+			c := line[i]
+			switch {
+			case q != 0:
+				if c == q {
+					q = 0
+				}
+			case c == '"' || c == '\'':
+				q = c
+			case c == '#' && (i == 0 || line[i-1] == ' '):
+				i = len(line)
+			case c == ':' && (i+1 == len(line) || line[i+1] == ' ' || line[i+1] == '\t'):
+				last = i
+			}
+		}
+		if last >= 0 {
+			return runeCol(last)
+		}
+	case strings.Contains(msg, "node content"), strings.Contains(msg, "end of stream"),
+		strings.Contains(msg, "expected ',' or"):
+		// An unclosed bracket or quote: the last one the line opens.
+		open := -1
+		var stack []int
+		var q byte
+		for i := 0; i < len(line); i++ {
+			c := line[i]
+			switch {
+			case q != 0:
+				if c == q {
+					q, open = 0, -1
+				}
+			case c == '"' || c == '\'':
+				q, open = c, i
+			case c == '[' || c == '{':
+				stack = append(stack, i)
+			case (c == ']' || c == '}') && len(stack) > 0:
+				stack = stack[:len(stack)-1]
+			}
+		}
+		if q == 0 && len(stack) > 0 {
+			open = stack[len(stack)-1]
+		}
+		if open >= 0 {
+			return runeCol(open)
+		}
+	case strings.Contains(msg, "tab character"), strings.Contains(msg, "found character that cannot start any token"):
+		if i := strings.IndexByte(line, '\t'); i >= 0 && i <= first {
+			return runeCol(i)
+		}
+	}
+	return runeCol(first)
 }
 
 func (d *Doc) convert(n *yaml.Node, ptr string, ds *Diagnostics) any {
