@@ -213,6 +213,19 @@ func (d *Doc) convert(n *yaml.Node, ptr string, ds *Diagnostics) any {
 		}
 		return a
 	case yaml.ScalarNode:
+		if strings.HasPrefix(n.Tag, "!") && !strings.HasPrefix(n.Tag, "!!") {
+			// An unquoted value starting with ! (CEL's negation: !has(x),
+			// !request.stream) is a YAML tag. Keep the text as written, so
+			// that nothing else cascades from a null, and say to quote it.
+			text := n.Tag
+			if n.Value != "" {
+				text += " " + n.Value
+			}
+			*ds = append(*ds, Diagnostic{File: d.File, Line: n.Line, Col: n.Column, Path: d.path(ptr),
+				Msg:  fmt.Sprintf("YAML reads %s as a tag, not as text: quote the value to keep the !", n.Tag),
+				Rule: RuleYAMLTag, Hint: "quote it: " + strconv.Quote(text)})
+			return text
+		}
 		v, err := scalar(n)
 		if err != nil {
 			*ds = append(*ds, d.Diag(ptr, Error, err.Error()).R(RuleYAMLScalar))
