@@ -13,10 +13,10 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"unicode"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common"
