@@ -182,10 +182,10 @@ func TestExplainAsyncModes(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, s := range []string{
-		"with no X-Llm-D-Async-Mode header:\nasync   ran        succeeded\ndecode  ran        answered the client, HTTP 200",
-		"with X-Llm-D-Async-Mode: passthrough:\nasync   ran        succeeded\n",
-		"with X-Llm-D-Async-Mode: enqueue:\nasync   ran        answered the client, HTTP 202\ndecode  skipped",
-		"with X-Llm-D-Async-Mode: wait:\nasync   ran        answered the client, HTTP 200\n",
+		"with no x-llm-d-async-mode header:\nasync   ran        succeeded\ndecode  ran        answered the client, HTTP 200",
+		"with x-llm-d-async-mode: passthrough:\nasync   ran        succeeded\n",
+		"with x-llm-d-async-mode: enqueue:\nasync   ran        answered the client, HTTP 202\ndecode  skipped",
+		"with x-llm-d-async-mode: wait:\nasync   ran        answered the client, HTTP 200\n",
 	} {
 		if !strings.Contains(out, s) {
 			t.Errorf("lacks %q:\n%s", s, out)

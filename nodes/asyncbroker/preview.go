@@ -3,6 +3,7 @@ package asyncbroker
 import (
 	"context"
 	"net/http"
+	"strings"
 
 	"github.com/celflow/celflow/engine"
 )
@@ -39,9 +40,10 @@ func (n *Node) Variants(h http.Header) []engine.Variant {
 	if first(h, n.cfg.mode, n.cfg.modeAlias) != "" {
 		return nil
 	}
-	out := []engine.Variant{{Name: "no " + n.cfg.mode + " header"}}
+	name := strings.ToLower(n.cfg.mode) // as the docs spell header names
+	out := []engine.Variant{{Name: "no " + name + " header"}}
 	for _, v := range []string{"passthrough", "enqueue", "wait"} {
-		out = append(out, engine.Variant{Name: n.cfg.mode + ": " + v, Header: http.Header{http.CanonicalHeaderKey(n.cfg.mode): {v}}})
+		out = append(out, engine.Variant{Name: name + ": " + v, Header: http.Header{n.cfg.mode: {v}}})
 	}
 	return out
 }
