@@ -73,18 +73,30 @@ var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 func yamlErr(file string, data []byte, err error) Diagnostic {
 	l, text := yamlMsg(err)
 	lines := strings.SplitAfter(string(data), "\n")
-	const maxScan = 2000 // lines; beyond it the reported line stands (the scan is quadratic)
-	if len(lines) <= maxScan {
-		for k := 1; k < len(lines); k++ {
-			var n yaml.Node
-			e := yaml.Unmarshal([]byte(strings.Join(lines[:k], "")), &n)
-			if e == nil {
-				continue
+	// Binary search for the shortest prefix that fails (a prefix of a broken block document
+	// keeps failing once it includes the break), kept only when it fails
+	// with the same message.
+	fails := func(k int) (bool, string) {
+		var n yaml.Node
+		e := yaml.Unmarshal([]byte(strings.Join(lines[:k], "")), &n)
+		if e == nil {
+			return false, ""
+		}
+		_, t := yamlMsg(e)
+		return true, t
+	}
+	lo, hi := 0, len(lines) // the empty prefix parses, the whole document fails
+	if bad, _ := fails(hi); bad {
+		for hi-lo > 1 {
+			mid := (lo + hi) / 2
+			if bad, _ := fails(mid); bad {
+				hi = mid
+			} else {
+				lo = mid
 			}
-			if _, t := yamlMsg(e); t == text {
-				l = k
-			}
-			break
+		}
+		if _, t := fails(hi); t == text {
+			l = min(hi, len(lines))
 		}
 	}
 	col := 1
