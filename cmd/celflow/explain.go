@@ -39,7 +39,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if len(files) != 1 || *reqFile == "" {
-		fmt.Fprintln(stderr, "usage: celflow explain FILE --request REQ.json [--route chat] [--assume NODE=STATUS ...]")
+		fmt.Fprintln(stderr, "usage: celflow explain FILE --request REQ.json [--route chat] [--assume NODE=STATUS ...] [--header 'Name: value' ...] [--trace]")
 		return 2
 	}
 	rt, ok := engine.ParseRoute(*route)
