@@ -98,40 +98,79 @@ type Probe struct {
 }
 
 // Explain runs the real compiled workflow and scheduler for one request,
-// with every node's execution replaced by its assumption (default: answer
-// the client if the node responds, else succeed). It never touches the
-// network. Stubs that provide media fill it from the chat body's media
-// parts; stubs that provide tokens report Probe.Tokens of them.
+// with every node's execution replaced by its assumption. The request goes
+// through the workflow's entry first, the function serve runs
+// (LoadOptions.Entry): the same header map, request id, body checks and
+// entry data; a request serve refuses before any node runs returns a
+// *Refused. A node without an assumption previews what it would do when its
+// type can tell without I/O (Previewer: fetch-media's media items, the
+// async-broker's modes), else answers the client if it responds and
+// succeeds otherwise. It never touches the network. Stubs that provide
+// tokens report Probe.Tokens of them.
 func (w *Workflow) Explain(ctx context.Context, p Probe, assume map[string]Assumption) (*Report, error) {
 	for id := range assume {
 		if w.index(id) < 0 {
 			return nil, fmt.Errorf("--assume names unknown node %q", id)
 		}
 	}
+	entry := w.entry
+	if entry == nil {
+		entry = coreEntry
+	}
+	in, e := entry(p.Route, p.Headers, p.Body)
+	if e != nil {
+		return nil, &Refused{Err: e}
+	}
 	sw := w.stubbed(p, assume)
-	req := &Request{ID: "explain", Route: p.Route, Header: p.Headers, Body: p.Body}
-	if req.Header == nil {
-		req.Header = http.Header{}
-	}
-	var hdr struct {
-		Model  string `json:"model"`
-		Stream any    `json:"stream"`
-	}
-	_ = json.Unmarshal(p.Body, &hdr)
-	req.Model, req.Stream = hdr.Model, hdr.Stream == true
-	run := NewRun(ctx, req, discard{})
+	run := NewRun(ctx, in.Req, discard{})
 	run.Stubbed = true
-	if p.Route == RouteGenerate {
-		// The front parses a generate body at entry (docs/protocol.md, Generate
-		// requests are checked at entry): its own token_ids are T, whatever a stub would report.
-		toks, err := generateTokens(p.Body)
-		if err != nil {
-			return nil, err
-		}
-		run.State.Media = scanMedia(p.Route, p.Body)
-		run.State.Tokens = toks
-	}
+	run.State.BodyObj = in.Obj
+	run.State.Tokens = in.Tokens
+	run.State.Media = in.Media
 	return sw.Serve(run), nil
+}
+
+// Refused is a request serve answers at entry, before any node runs
+// (Explain's error for it).
+type Refused struct{ Err *Error }
+
+func (r *Refused) Error() string {
+	return fmt.Sprintf("serve answers HTTP %d %s before any node runs: %s", r.Err.HTTPStatus(), r.Err.Code(), r.Err.Msg)
+}
+
+// Previewer is a node type that can tell without I/O what it would do for a
+// request: explain and the tests: block run Preview in place of a node that
+// has no assumption. Preview must not block, call a worker or touch Redis;
+// it sees the same Exec as Run.
+type Previewer interface {
+	Preview(ctx context.Context, x *Exec) Result
+}
+
+// Variant is one way a request could be sent that a node type tells apart
+// (the async-broker's mode header): a name for the reader and the headers
+// that select it.
+type Variant struct {
+	Name   string
+	Header http.Header
+}
+
+// Varier is a node type whose behaviour turns on client headers the request
+// may not carry: Variants lists, for the headers h, the variants worth
+// explaining (none when h already selects one).
+type Varier interface {
+	Variants(h http.Header) []Variant
+}
+
+// Variants returns the variants of the workflow's nodes for headers h, in
+// node order: explain shows one path per variant.
+func (w *Workflow) Variants(h http.Header) []Variant {
+	var out []Variant
+	for _, n := range w.nodes {
+		if v, ok := n.node.(Varier); ok {
+			out = append(out, v.Variants(h)...)
+		}
+	}
+	return out
 }
 
 // generateTokens reads a generate body's token_ids as the front would need
@@ -165,13 +204,18 @@ func (w *Workflow) stubbed(p Probe, assume map[string]Assumption) *Workflow {
 	for i, n := range w.nodes {
 		cn := *n
 		a, ok := assume[n.id]
+		st := &stub{c: n.contract, p: p}
+		if pv, can := n.node.(Previewer); can && !ok {
+			st.preview = pv
+		}
 		if !ok {
 			a = Assumption{Word: "succeeded"}
 			if n.contract.Responds {
 				a.Word = "answered"
 			}
 		}
-		cn.node = &stub{a: a, c: n.contract, p: p}
+		st.a = a
+		cn.node = st
 		cn.merger = nil
 		c.nodes[i] = &cn
 	}
@@ -180,9 +224,10 @@ func (w *Workflow) stubbed(p Probe, assume map[string]Assumption) *Workflow {
 
 // stub is a node that does what it is told.
 type stub struct {
-	a Assumption
-	c Contract
-	p Probe
+	a       Assumption
+	c       Contract
+	p       Probe
+	preview Previewer // the real node, when it previews and has no assumption
 }
 
 func (s *stub) Contract() Contract { return s.c }
@@ -190,6 +235,9 @@ func (s *stub) Contract() Contract { return s.c }
 func (s *stub) Run(ctx context.Context, x *Exec) Result {
 	if err := ctx.Err(); err != nil {
 		return Result{Err: err}
+	}
+	if s.preview != nil {
+		return s.preview.Preview(ctx, x)
 	}
 	a := s.a.For(x.Attempt, x.Index)
 	switch {

@@ -30,6 +30,10 @@ type LoadOptions struct {
 	Pools Pools
 	// WriteTimeout is the server's write_timeout, passed to BuildContext.
 	WriteTimeout time.Duration
+	// Entry is the front's entry (front.Entry), which explain and the
+	// tests: block run each request through exactly as serve does; nil:
+	// the core's own (NewRequest under a fresh id), for the core's tests.
+	Entry Entry
 }
 
 // services is what every node of the build sees: its own map, so that a
@@ -82,12 +86,35 @@ func Load(file string, data []byte, opts LoadOptions) (*Workflow, schema.Diagnos
 	}
 	sum := sha256.Sum256(data)
 	w, more := compile(doc, opts, hex.EncodeToString(sum[:]))
-	ds = append(ds, more...).Sort().WithSource(file, data)
+	ds = dropCascades(append(ds, more...)).Sort().WithSource(file, data)
 	if ds.HasErrors() {
 		w.Close() // the nodes that did build release what they opened
 		return nil, ds
 	}
 	return w, ds
+}
+
+// dropCascades removes what follows from a value YAML read as a tag
+// (schema.RuleYAMLTag): the CEL errors of its text at the same path repeat
+// the one cause the tag diagnostic names with its fix.
+func dropCascades(ds schema.Diagnostics) schema.Diagnostics {
+	tagged := map[string]bool{}
+	for _, d := range ds {
+		if d.Rule == schema.RuleYAMLTag {
+			tagged[d.File+"\x00"+d.Path] = true
+		}
+	}
+	if len(tagged) == 0 {
+		return ds
+	}
+	out := ds[:0:0]
+	for _, d := range ds {
+		if d.Rule != schema.RuleYAMLTag && tagged[d.File+"\x00"+d.Path] {
+			continue
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 // LoadDoc compiles a workflow that is part of a larger document (the serve
@@ -108,14 +135,18 @@ func LoadDoc(doc *schema.Doc, opts LoadOptions) (*Workflow, schema.Diagnostics) 
 // diagnostics collected. Each stage adds what it finds and goes on, so a
 // file with several problems reports them all.
 type compiler struct {
-	doc   *schema.Doc
-	opts  LoadOptions
-	ds    schema.Diagnostics
-	w     *Workflow
-	ids   map[string]int // node id → index, first occurrence
-	vars  map[string]any
-	defs  defaultsDoc
-	specs []nodeSpec // one per node entry, parallel to w.nodes
+	doc  *schema.Doc
+	opts LoadOptions
+	ds   schema.Diagnostics
+	w    *Workflow
+	ids  map[string]int // node id → index, first occurrence
+	vars map[string]any
+	// nullVars are vars without a value (reported at the var): an
+	// expression that reads one is not compiled, so that it adds no
+	// diagnostics of its own (a cost limit of 2^64-1...).
+	nullVars []string
+	defs     defaultsDoc
+	specs    []nodeSpec // one per node entry, parallel to w.nodes
 	// needSpecIdx[i][k] is the spec index of node i's k-th resolved need.
 	needSpecIdx [][]int
 }
@@ -123,7 +154,7 @@ type compiler struct {
 func compile(doc *schema.Doc, opts LoadOptions, hash string) (*Workflow, schema.Diagnostics) {
 	opts.Services = opts.services()
 	c := &compiler{doc: doc, opts: opts, ids: map[string]int{},
-		w: &Workflow{file: doc.File, hash: hash, doc: doc, pool: &sync.Pool{}, closing: &closeState{}}}
+		w: &Workflow{file: doc.File, hash: hash, doc: doc, pool: &sync.Pool{}, closing: &closeState{}, entry: opts.Entry}}
 	c.ds = schema.Validate(doc, schema.WorkflowID, "")
 	if _, ok := doc.Root.(map[string]any); !ok {
 		return nil, c.ds
@@ -171,6 +202,14 @@ func (c *compiler) header(wd *workflowDoc) {
 			c.ds = append(c.ds, c.doc.DiagKey(e.KeyPos.Ptr, schema.Error,
 				"var name "+quote(e.Key)+" is not a CEL identifier (letters, digits and _, not starting with a digit)").R(RuleVarName))
 			continue
+		}
+		if e.V.V == nil {
+			// An empty value (`long_prompt:`) is null: every expression that
+			// reads it would fail (or cost "unbounded"), so say so once, here.
+			c.ds = append(c.ds, c.doc.DiagKey(e.KeyPos.Ptr, schema.Error,
+				"var "+e.Key+" is null (no value after "+quote(e.Key+":")+"): every expression that reads config."+e.Key+" would fail").
+				R(RuleVarNull).H("give it a value: a number, a quoted string, a list [..] or a map {..}, or remove it"))
+			c.nullVars = append(c.nullVars, e.Key)
 		}
 		c.vars[e.Key] = e.V.V
 	}

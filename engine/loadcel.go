@@ -87,6 +87,11 @@ func (c *compiler) compileRetry(rd *retryDoc, ptr string, base retryPolicy) retr
 
 // expr compiles one expression found at ptr.
 func (c *compiler) expr(ptr, src string, kind celenv.Kind) *celenv.Expr {
+	for _, v := range c.nullVars {
+		if readsVar(src, v) {
+			return nil // the var's own error says why (RuleVarNull)
+		}
+	}
 	x, iss := c.w.env.Compile(src, kind)
 	for _, is := range iss {
 		line, col := c.doc.ScalarPos(ptr, is.Line, is.Col)
@@ -94,6 +99,28 @@ func (c *compiler) expr(ptr, src string, kind celenv.Kind) *celenv.Expr {
 			Path: c.doc.Path(ptr), Msg: is.Msg, Severity: schema.Error, Rule: is.Rule, Hint: is.Hint})
 	}
 	return x
+}
+
+// readsVar reports whether src reads config.name (or config["name"]).
+func readsVar(src, name string) bool {
+	for _, pre := range []string{"config." + name, `config["` + name + `"]`, `config['` + name + `']`} {
+		for i := 0; ; {
+			j := strings.Index(src[i:], pre)
+			if j < 0 {
+				break
+			}
+			end := i + j + len(pre)
+			if end == len(src) || strings.HasSuffix(pre, "]") || !isIdentRune(rune(src[end])) {
+				return true
+			}
+			i = end
+		}
+	}
+	return false
+}
+
+func isIdentRune(r rune) bool {
+	return r == '_' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9'
 }
 
 // statuses warns about a comparison of a node's response.status with a

@@ -3,9 +3,11 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/celflow/celflow/engine/celenv"
 	"github.com/celflow/celflow/engine/graph"
@@ -155,13 +157,34 @@ var genericStatuses = []int64{0, 400, 404, 429, 500, 502, 503, 504}
 func (pw *pathWalker) outcomeClasses(i int) []outClass {
 	n := pw.c.w.nodes[i]
 	id := n.id
-	facts := func(status string, http int64) celenv.Facts {
+	// How long the node took is unknown at load; edges that split on it
+	// (outcome.duration < duration("1s") and >= it) are tried on each side
+	// of every duration they compare with, so that they are seen to
+	// exclude each other rather than to race.
+	var durs []time.Duration
+	for _, er := range pw.succ[i] {
+		for _, d := range pw.c.w.nodes[er.to].needs[er.k].cond.DurationLiterals() {
+			durs = append(durs, d-time.Nanosecond, d, d+time.Nanosecond)
+		}
+	}
+	slices.Sort(durs)
+	durs = slices.Compact(durs)
+	facts := func(status string, http int64) []celenv.Facts {
 		f := celenv.Facts{"outcome.status": status, "response.status": http, "outcome.response.status": http,
 			"nodes." + id + ".status": status, "nodes." + id + ".response.status": http}
 		for k, v := range pw.facts {
 			f[k] = v
 		}
-		return f
+		if len(durs) == 0 {
+			return []celenv.Facts{f}
+		}
+		out := make([]celenv.Facts, 0, len(durs))
+		for _, d := range durs {
+			g := maps.Clone(f)
+			g["outcome.duration"], g["nodes."+id+".duration"] = d, d
+			out = append(out, g)
+		}
+		return out
 	}
 	outFor := func(f celenv.Facts, success bool) []fireState {
 		out := make([]fireState, len(pw.succ[i]))
@@ -182,7 +205,12 @@ func (pw *pathWalker) outcomeClasses(i int) []outClass {
 	if n.contract.Responds {
 		cls = append(cls, outClass{answer: true, out: make([]fireState, len(pw.succ[i]))})
 	} else {
-		cls = append(cls, outClass{out: outFor(facts("succeeded", 200), true)})
+		for _, f := range facts("succeeded", 200) {
+			out := outFor(f, true)
+			if !slices.ContainsFunc(cls, func(c outClass) bool { return slices.Equal(c.out, out) }) {
+				cls = append(cls, outClass{out: out})
+			}
+		}
 	}
 	statuses := slices.Clone(genericStatuses)
 	for _, s := range n.contract.Statuses {
@@ -193,14 +221,14 @@ func (pw *pathWalker) outcomeClasses(i int) []outClass {
 			statuses = append(statuses, l-1, l, l+1)
 		}
 	}
-	add := func(label string, f celenv.Facts) {
-		out := outFor(f, false)
-		for _, c := range cls {
-			if c.fail && slices.Equal(c.out, out) {
-				return
+	add := func(label string, fs []celenv.Facts) {
+		for _, f := range fs {
+			out := outFor(f, false)
+			if slices.ContainsFunc(cls, func(c outClass) bool { return c.fail && slices.Equal(c.out, out) }) {
+				continue
 			}
+			cls = append(cls, outClass{label: label, fail: true, out: out})
 		}
-		cls = append(cls, outClass{label: label, fail: true, out: out})
 	}
 	add("timed out", facts("timed_out", 0))
 	slices.Sort(statuses)

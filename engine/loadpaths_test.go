@@ -35,6 +35,15 @@ func TestEndingProof(t *testing.T) {
   - {id: probe, type: t-cond-decode}
   - {id: by_reason, type: t-noop, needs: [{node: probe, if: 'outcome.reason.contains("x")'}]}
   - {id: decode, type: t-decode, needs: [by_reason]}`, "", ""},
+		{"edges that split on outcome.duration exclude each other: no race, no unanswered path", "[chat]", `
+  - {id: prefill, type: t-prefill}
+  - {id: fast, type: t-decode, needs: [{node: prefill, if: 'outcome.status == "succeeded" && outcome.duration < duration("2s")'}]}
+  - {id: slow, type: t-decode, needs: [{node: prefill, if: 'outcome.status == "succeeded" && outcome.duration >= duration("2s")'}]}`, "", ""},
+		{"edges on outcome.duration that overlap still race", "[chat]", `
+  - {id: prefill, type: t-prefill}
+  - {id: fast, type: t-decode, needs: [{node: prefill, if: 'outcome.status == "succeeded" && outcome.duration <= duration("2s")'}]}
+  - {id: slow, type: t-decode, needs: [{node: prefill, if: 'outcome.status == "succeeded" && outcome.duration >= duration("2s")'}]}`,
+			"graph/racing-responders", `responders "fast" and "slow" can run at the same time`},
 		{"the 412 path ends in prefill", "[chat]", `
   - {id: probe, type: t-cond-decode}
   - {id: prefill, type: t-prefill, needs: [{node: probe, if: response.status == 412}]}`,

@@ -10,6 +10,7 @@ import (
 // live in package schema). docs/workflow-reference.md#rules lists them all.
 const (
 	RuleVarName          = "vars/invalid-name"
+	RuleVarNull          = "vars/null"
 	RuleNodeID           = "node/invalid-id"
 	RuleDuplicateID      = "node/duplicate-id"
 	RuleUnknownType      = "node/unknown-type"
@@ -55,6 +56,7 @@ const (
 
 func init() {
 	schema.DefineRules(
+		schema.Rule{ID: RuleVarNull, Summary: "a vars: key with no value (null), which every expression reading it would fail on", Fix: "give it a value: a number, a quoted string, a list [..] or a map {..}, or remove it"},
 		schema.Rule{ID: RuleVarName, Summary: "a vars: key that is not a CEL identifier", Fix: "rename it with letters, digits and _ (not starting with a digit)"},
 		schema.Rule{ID: RuleNodeID, Summary: "a node id that is not a CEL identifier or is a reserved word", Fix: "rename it with letters, digits and _ (try_decode, not try-decode)"},
 		schema.Rule{ID: RuleDuplicateID, Summary: "two nodes with the same id", Fix: "give each node its own id"},

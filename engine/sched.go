@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -433,7 +434,11 @@ func (rs *run) cond(i int, e *cedge) bool {
 	ok, err := e.cond.Bool(rs.act)
 	rs.act.Outcome = nil
 	if err != nil {
-		rs.fail(&Error{Kind: KindInternal, Node: rs.w.nodes[i].id, Item: -1, Msg: "edge condition " + quote(e.cond.Src) + " failed", Cause: err})
+		// The expression is the operator's, not the client's business: it
+		// goes to the log (Cause, as written), the client learns which node.
+		rs.fail(&Error{Kind: KindInternal, Node: rs.w.nodes[i].id, Item: -1,
+			Msg:   "the condition of an edge out of this node failed at run time (the server log has the expression)",
+			Cause: fmt.Errorf("edge condition %s: %w", e.cond.Src, err)})
 		return false
 	}
 	return ok

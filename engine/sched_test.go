@@ -599,3 +599,26 @@ nodes:
 		t.Fatalf("run lasted %v", r.rep.Duration)
 	}
 }
+
+// A condition that fails at run time fails the run with 500, and its CEL
+// text stays out of the client's message (where it was quoted, then
+// JSON-escaped again): it goes to the log through the error's cause.
+func TestEdgeConditionErrorKeepsCELFromClient(t *testing.T) {
+	w := load(t, `
+nodes:
+  - {id: probe, type: t-cond-decode, params: {status: 412}}
+  - {id: decode, type: t-decode, needs: [{node: probe, if: 'response.status == 412 && int(request.model + "x") > 1'}]}
+`)
+	r := serve(t, w, context.Background(), engine.RouteChat, `{"model":"m"}`)
+	e := r.rep.Err
+	if e == nil || e.HTTPStatus() != 500 {
+		t.Fatalf("err %v", e)
+	}
+	msg := e.ClientMessage("r1")
+	if strings.Contains(msg, "int(") || strings.Contains(msg, `\"`) || !strings.Contains(msg, "edge") {
+		t.Errorf("client message %q", msg)
+	}
+	if !strings.Contains(e.Error(), `int(request.model + "x") > 1`) {
+		t.Errorf("the log line lacks the expression: %q", e.Error())
+	}
+}

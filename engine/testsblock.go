@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -126,6 +127,9 @@ func (w *Workflow) RunTests(ctx context.Context) schema.Diagnostics {
 	var ds schema.Diagnostics
 	for _, tc := range w.tests {
 		rep, err := w.Explain(ctx, tc.probe, tc.assume)
+		if r, ok := errors.AsType[*Refused](err); ok {
+			rep, err = &Report{Err: r.Err}, nil // serve's answer at entry: the test checks it
+		}
 		if err != nil {
 			ds = append(ds, w.doc.Diag(tc.ptr, schema.Error, fmt.Sprintf("test %s: %v", quote(tc.name), err)).R(RuleTestFailed))
 			continue
@@ -176,9 +180,18 @@ func (tc *testCase) check(rep *Report) []string {
 	if tc.expect.answeredBy != nil && *tc.expect.answeredBy != answered {
 		msgs = append(msgs, fmt.Sprintf("answered_by: got %s, want %s", quote(answered), quote(*tc.expect.answeredBy)))
 	}
+	// The status the client gets, as serve writes it: the answering node's
+	// own (an async-broker's 202), else the error's.
 	status, code := 200, ""
-	if rep.Err != nil && !rep.Answered {
+	switch {
+	case rep.Err != nil && !rep.Answered:
 		status, code = rep.Err.HTTPStatus(), rep.Err.Code()
+	case rep.Answered:
+		for _, o := range rep.Outcomes {
+			if o.Responded && o.HTTPStatus != 0 {
+				status = o.HTTPStatus
+			}
+		}
 	}
 	if tc.expect.status != 0 && tc.expect.status != status {
 		msgs = append(msgs, fmt.Sprintf("status: got %d, want %d", status, tc.expect.status))

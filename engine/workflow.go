@@ -26,6 +26,7 @@ type Workflow struct {
 	tests []testCase
 	doc   *schema.Doc
 	pool  *sync.Pool // of *scratch
+	entry Entry      // explain's and tests' entry (LoadOptions.Entry)
 
 	// closing makes Close happen once. A pointer, because explain's stub
 	// copies the struct (and shares it: only the loaded workflow is closed).

@@ -79,22 +79,37 @@ func (d Diagnostic) String() string {
 //	   12 |     when: requets.format == "chat"
 //	      |           ^
 //	      = fix: ...
+//
+// Every diagnostic with a rule gets a fix line: its own hint, else the
+// rule's general fix from the rules table.
 func (d Diagnostic) Pretty() string {
 	var b strings.Builder
 	b.WriteString(d.String())
 	b.WriteByte('\n')
+	fix := d.Fix()
 	if d.Source != "" && d.Line > 0 {
 		num := strconv.Itoa(d.Line)
 		pad := strings.Repeat(" ", len(num))
 		fmt.Fprintf(&b, " %s | %s\n", num, d.Source)
 		fmt.Fprintf(&b, " %s | %s^\n", pad, caretPad(d.Source, d.Col))
-		if d.Hint != "" {
-			fmt.Fprintf(&b, " %s = fix: %s\n", pad, d.Hint)
+		if fix != "" {
+			fmt.Fprintf(&b, " %s = fix: %s\n", pad, fix)
 		}
-	} else if d.Hint != "" {
-		fmt.Fprintf(&b, "  = fix: %s\n", d.Hint)
+	} else if fix != "" {
+		fmt.Fprintf(&b, "  = fix: %s\n", fix)
 	}
 	return b.String()
+}
+
+// Fix is how to fix the diagnostic: its own hint, else its rule's fix.
+func (d Diagnostic) Fix() string {
+	if d.Hint != "" {
+		return d.Hint
+	}
+	if r, ok := LookupRule(d.Rule); ok {
+		return r.Fix
+	}
+	return ""
 }
 
 // caretPad is the whitespace before column col (1-based, in runes) of

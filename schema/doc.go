@@ -47,7 +47,7 @@ func LoadYAML(file string, data []byte) (*Doc, Diagnostics) {
 		if errors.Is(err, io.EOF) {
 			return nil, Diagnostics{{File: file, Line: 1, Col: 1, Msg: "empty document", Rule: RuleYAMLSyntax}}
 		}
-		return nil, Diagnostics{yamlErr(file, err)}
+		return nil, Diagnostics{yamlErr(file, data, err)}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
@@ -64,14 +64,120 @@ func LoadYAML(file string, data []byte) (*Doc, Diagnostics) {
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
-// yamlErr positions a yaml.v3 syntax error; yaml.v3 reports lines only.
-func yamlErr(file string, err error) Diagnostic {
+// yamlErr positions a yaml.v3 syntax error. yaml.v3 reports a line only,
+// and often the line where the enclosing block starts (its context), not the
+// offending one: the first prefix of the document, in whole lines, that fails
+// with the same message is the offending line, and the column is the token
+// the message is about (the colon a mapping value is not allowed after, a
+// tab), else the line's first non-blank character, never a blind column 1.
+func yamlErr(file string, data []byte, err error) Diagnostic {
+	l, text := yamlMsg(err)
+	lines := strings.SplitAfter(string(data), "\n")
+	// Binary search for the shortest prefix that fails (a prefix of a broken block document
+	// keeps failing once it includes the break), kept only when it fails
+	// with the same message.
+	fails := func(k int) (bool, string) {
+		var n yaml.Node
+		e := yaml.Unmarshal([]byte(strings.Join(lines[:k], "")), &n)
+		if e == nil {
+			return false, ""
+		}
+		_, t := yamlMsg(e)
+		return true, t
+	}
+	lo, hi := 0, len(lines) // the empty prefix parses, the whole document fails
+	if bad, _ := fails(hi); bad {
+		for hi-lo > 1 {
+			mid := (lo + hi) / 2
+			if bad, _ := fails(mid); bad {
+				hi = mid
+			} else {
+				lo = mid
+			}
+		}
+		if _, t := fails(hi); t == text {
+			l = min(hi, len(lines))
+		}
+	}
+	col := 1
+	if l >= 1 && l <= len(lines) {
+		col = yamlErrCol(strings.TrimRight(lines[l-1], "\r\n"), text)
+	}
+	return Diagnostic{File: file, Line: l, Col: col, Msg: "invalid YAML: " + text, Rule: RuleYAMLSyntax}
+}
+
+// yamlMsg splits a yaml.v3 error into its line (1 when it names none) and text.
+func yamlMsg(err error) (int, string) {
 	msg := err.Error()
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		l, _ := strconv.Atoi(m[1])
-		return Diagnostic{File: file, Line: l, Col: 1, Msg: "invalid YAML: " + m[2], Rule: RuleYAMLSyntax}
+		return l, m[2]
 	}
-	return Diagnostic{File: file, Line: 1, Col: 1, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: "), Rule: RuleYAMLSyntax}
+	return 1, strings.TrimPrefix(msg, "yaml: ")
+}
+
+// yamlErrCol is the 1-based column (in runes) a yaml.v3 message is about on
+// line.
+func yamlErrCol(line, msg string) int {
+	runeCol := func(byteOff int) int { return len([]rune(line[:byteOff])) + 1 }
+	first := len(line) - len(strings.TrimLeft(line, " \t"))
+	switch {
+	case strings.Contains(msg, "mapping values are not allowed"):
+		// The last ": " (or a trailing ":") outside quotes: the one the
+		// line cannot take.
+		last := -1
+		var q byte
+		for i := 0; i < len(line); i++ {
+			c := line[i]
+			switch {
+			case q != 0:
+				if c == q {
+					q = 0
+				}
+			case c == '"' || c == '\'':
+				q = c
+			case c == '#' && (i == 0 || line[i-1] == ' '):
+				i = len(line)
+			case c == ':' && (i+1 == len(line) || line[i+1] == ' ' || line[i+1] == '\t'):
+				last = i
+			}
+		}
+		if last >= 0 {
+			return runeCol(last)
+		}
+	case strings.Contains(msg, "node content"), strings.Contains(msg, "end of stream"),
+		strings.Contains(msg, "expected ',' or"):
+		// An unclosed bracket or quote: the last one the line opens.
+		open := -1
+		var stack []int
+		var q byte
+		for i := 0; i < len(line); i++ {
+			c := line[i]
+			switch {
+			case q != 0:
+				if c == q {
+					q, open = 0, -1
+				}
+			case c == '"' || c == '\'':
+				q, open = c, i
+			case c == '[' || c == '{':
+				stack = append(stack, i)
+			case (c == ']' || c == '}') && len(stack) > 0:
+				stack = stack[:len(stack)-1]
+			}
+		}
+		if q == 0 && len(stack) > 0 {
+			open = stack[len(stack)-1]
+		}
+		if open >= 0 {
+			return runeCol(open)
+		}
+	case strings.Contains(msg, "tab character"), strings.Contains(msg, "found character that cannot start any token"):
+		if i := strings.IndexByte(line, '\t'); i >= 0 && i <= first {
+			return runeCol(i)
+		}
+	}
+	return runeCol(first)
 }
 
 func (d *Doc) convert(n *yaml.Node, ptr string, ds *Diagnostics) any {
@@ -119,6 +225,19 @@ func (d *Doc) convert(n *yaml.Node, ptr string, ds *Diagnostics) any {
 		}
 		return a
 	case yaml.ScalarNode:
+		if strings.HasPrefix(n.Tag, "!") && !strings.HasPrefix(n.Tag, "!!") {
+			// An unquoted value starting with ! (CEL's negation: !has(x),
+			// !request.stream) is a YAML tag. Keep the text as written, so
+			// that nothing else cascades from a null, and say to quote it.
+			text := n.Tag
+			if n.Value != "" {
+				text += " " + n.Value
+			}
+			*ds = append(*ds, Diagnostic{File: d.File, Line: n.Line, Col: n.Column, Path: d.path(ptr),
+				Msg:  fmt.Sprintf("YAML reads %s as a tag, not as text: quote the value to keep the !", n.Tag),
+				Rule: RuleYAMLTag, Hint: "quote it: " + strconv.Quote(text)})
+			return text
+		}
 		v, err := scalar(n)
 		if err != nil {
 			*ds = append(*ds, d.Diag(ptr, Error, err.Error()).R(RuleYAMLScalar))

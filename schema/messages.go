@@ -41,6 +41,9 @@ func (p problem) diag1(doc *Doc, base string) Diagnostic {
 		}
 		return doc.Diag(ptr, Error, "missing required fields "+strings.Join(quoteAll(names), ", ")).R(RuleMissingField)
 	case "type":
+		if p.format == "duration" || p.format == "go-duration" {
+			return durationDiag(doc, ptr, v)
+		}
 		if p.msg != "" && strings.HasSuffix(p.msg, "(out of the 64-bit range)") {
 			return doc.Diag(ptr, Error, p.msg).R(RuleRange)
 		}
@@ -50,7 +53,7 @@ func (p problem) diag1(doc *Doc, base string) Diagnostic {
 		}
 	case "format":
 		if strings.HasSuffix(p.msg, "'duration'") || strings.HasSuffix(p.msg, "'go-duration'") {
-			return doc.Diag(ptr, Error, fmt.Sprintf("invalid duration %s (want a non-negative Go duration such as \"30s\" or \"1m30s\")", describe(v))).R(RuleDuration)
+			return durationDiag(doc, ptr, v)
 		}
 	case "enum", "const":
 		return doc.Diag(ptr, Error, strings.TrimPrefix(p.msg, "value ")+", got "+describe(v)).R(RuleEnum)
@@ -67,6 +70,10 @@ func (p problem) diag1(doc *Doc, base string) Diagnostic {
 		}
 	}
 	return doc.Diag(ptr, Error, p.msg)
+}
+
+func durationDiag(doc *Doc, ptr string, v any) Diagnostic {
+	return doc.Diag(ptr, Error, fmt.Sprintf("invalid duration %s (want a non-negative Go duration such as \"30s\" or \"1m30s\")", describe(v))).R(RuleDuration)
 }
 
 // expandUnknown splits an additionalProperties problem naming several keys

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/big"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -211,6 +212,7 @@ func ValidateValue(doc *Doc, id string, ptr string, v any) Diagnostics {
 type problem struct {
 	inst, keyword, msg string
 	v                  any
+	format             string // the failing schema's format ("duration"), for a type problem
 }
 
 // leaves flattens a validation error tree into its most specific causes.
@@ -219,7 +221,11 @@ type problem struct {
 func leaves(ve *jsonschema.ValidationError) []problem {
 	kw := lastSeg(ve.KeywordLocation)
 	if len(ve.Causes) == 0 {
-		return []problem{{inst: ve.InstanceLocation, keyword: kw, msg: ve.Message}}
+		p := problem{inst: ve.InstanceLocation, keyword: kw, msg: ve.Message}
+		if kw == "type" {
+			p.format = formatAt(ve.AbsoluteKeywordLocation)
+		}
+		return []problem{p}
 	}
 	if kw == "oneOf" || kw == "anyOf" {
 		var keep []*jsonschema.ValidationError
@@ -261,4 +267,45 @@ func lastSeg(p string) string {
 		return p[i+1:]
 	}
 	return p
+}
+
+// formatAt returns the "format" beside the keyword at an absolute keyword
+// location (id#/pointer/type): a number where a duration string belongs is
+// then reported as the duration it fails to be (schema/duration), as the
+// rules table says, not as a wrong type.
+func formatAt(loc string) string {
+	id, ptr, ok := strings.Cut(loc, "#")
+	if !ok {
+		return ""
+	}
+	src, ok := Source(id)
+	if !ok {
+		return ""
+	}
+	var v any
+	if json.Unmarshal(src, &v) != nil {
+		return ""
+	}
+	segs := strings.Split(strings.TrimPrefix(ptr, "/"), "/")
+	if len(segs) == 0 {
+		return ""
+	}
+	for _, seg := range segs[:len(segs)-1] { // up to the keyword's schema object
+		seg = strings.NewReplacer("~1", "/", "~0", "~").Replace(seg)
+		switch x := v.(type) {
+		case map[string]any:
+			v = x[seg]
+		case []any:
+			i, err := strconv.Atoi(seg)
+			if err != nil || i < 0 || i >= len(x) {
+				return ""
+			}
+			v = x[i]
+		default:
+			return ""
+		}
+	}
+	m, _ := v.(map[string]any)
+	f, _ := m["format"].(string)
+	return f
 }

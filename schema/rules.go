@@ -22,6 +22,7 @@ const (
 	RuleYAMLDupKey    = "yaml/duplicate-key"
 	RuleYAMLKey       = "yaml/non-string-key"
 	RuleYAMLScalar    = "yaml/scalar"
+	RuleYAMLTag       = "yaml/tag"
 	RuleUnknownField  = "schema/unknown-field"
 	RuleMissingField  = "schema/missing-field"
 	RuleWrongType     = "schema/wrong-type"
@@ -72,7 +73,8 @@ func init() {
 		Rule{RuleYAMLAnchor, "YAML anchors, aliases and merge keys (&x, *x, <<)", "write the value out in full"},
 		Rule{RuleYAMLDupKey, "the same key twice in one mapping", "remove one of the two keys"},
 		Rule{RuleYAMLKey, "a mapping key that is not a string (1:, [a]:)", "quote the key"},
-		Rule{RuleYAMLScalar, "a value YAML cannot map to JSON (.nan, .inf, a custom tag)", "write a finite number or a plain string"},
+		Rule{RuleYAMLTag, "an unquoted value starting with ! (CEL's negation, !has(x)), which YAML reads as a tag", "quote the value: when: \"!has(request.headers.x)\""},
+		Rule{RuleYAMLScalar, "a value YAML cannot map to JSON (.nan, .inf, an explicit !!tag it cannot resolve)", "write a finite number or a plain string"},
 		Rule{RuleUnknownField, "a key the schema does not define", "remove the key or fix its spelling (celflow schema shows the fields)"},
 		Rule{RuleMissingField, "a required key is absent", "add the key"},
 		Rule{RuleWrongType, "a value of the wrong JSON type (\"5\" for an integer, 4.5 for an integer, \"true\" for a boolean)", "write the value in the type the field expects"},

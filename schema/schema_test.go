@@ -2,6 +2,7 @@ package schema
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -15,7 +16,7 @@ func TestLoadYAMLRejects(t *testing.T) {
 		{"merge", "a: {x: 1}\nb:\n  <<: {y: 2}\n", "f.yaml:3:3: b: merge keys (<<) is not supported [yaml/anchor]"},
 		{"int key", "1: a\n", "f.yaml:1:1: a non-string key is not supported [yaml/non-string-key]"},
 		{"two docs", "a: 1\n---\nb: 2\n", "f.yaml:2:1: only one YAML document per file is allowed [yaml/multiple-documents]"},
-		{"syntax", "a: [1\n", "f.yaml:1:1: invalid YAML: did not find expected ',' or ']' [yaml/syntax]"},
+		{"syntax", "a: [1\n", "f.yaml:1:4: invalid YAML: did not find expected ',' or ']' [yaml/syntax]"},
 		{"nan", "a: .nan\n", "f.yaml:1:4: a: .nan is not a finite number [yaml/scalar]"},
 		{"empty", "", "f.yaml:1:1: empty document [yaml/syntax]"},
 	}
@@ -139,7 +140,9 @@ func TestValidate(t *testing.T) {
 		{"name: x\nt: \"30\"", `f.yaml:2:4: t: invalid duration "30" (want a non-negative Go duration such as "30s" or "1m30s") [schema/duration]`},
 		{"name: x\nt: abc", `f.yaml:2:4: t: invalid duration "abc" (want a non-negative Go duration such as "30s" or "1m30s") [schema/duration]`},
 		{"name: x\nt: -1s", `f.yaml:2:4: t: invalid duration "-1s" (want a non-negative Go duration such as "30s" or "1m30s") [schema/duration]`},
-		{"name: x\nt: 30", "f.yaml:2:4: t: expected string, got 30 [schema/wrong-type]"},
+		// A number where a duration belongs is the duration rule, as the
+		// rules table says (30 and "30" alike), not a wrong type (issue 18).
+		{"name: x\nt: 30", `f.yaml:2:4: t: invalid duration 30 (want a non-negative Go duration such as "30s" or "1m30s") [schema/duration]`},
 		{"name: x\non: \"true\"", `f.yaml:2:5: on: expected boolean, got "true" [schema/wrong-type]`},
 		{"name: x\non: 1", "f.yaml:2:5: on: expected boolean, got 1 [schema/wrong-type]"},
 		{"name: 42", "f.yaml:1:7: name: expected string, got 42 [schema/wrong-type]"},
@@ -185,5 +188,62 @@ func TestDiagnosticsOutput(t *testing.T) {
 	}
 	if (Diagnostics{{Severity: Warning}}).Err() != nil {
 		t.Fatal("warnings are not errors")
+	}
+}
+
+// Every rule has a fix, and every diagnostic with a rule prints one: its
+// own hint, else the rule's (issue 18: fix lines printed for some rules only).
+func TestEveryRulePrintsAFix(t *testing.T) {
+	for _, r := range Rules() {
+		if r.Fix == "" {
+			t.Errorf("rule %s has no fix", r.ID)
+		}
+		d := Diagnostic{File: "f.yaml", Line: 1, Col: 1, Msg: "m", Rule: r.ID, Source: "x: 1"}
+		if !strings.Contains(d.Pretty(), "  = fix: "+r.Fix+"\n") {
+			t.Errorf("rule %s: no fix line:\n%s", r.ID, d.Pretty())
+		}
+		d.Source = ""
+		if !strings.Contains(d.Pretty(), "  = fix: "+r.Fix+"\n") {
+			t.Errorf("rule %s without source: no fix line:\n%s", r.ID, d.Pretty())
+		}
+	}
+	d := Diagnostic{File: "f.yaml", Line: 1, Col: 1, Msg: "m", Rule: RuleWrongType, Hint: "own", Source: "x: 1"}
+	if p := d.Pretty(); !strings.Contains(p, "= fix: own\n") || strings.Count(p, "fix:") != 1 {
+		t.Errorf("a hint replaces the rule's fix:\n%s", p)
+	}
+}
+
+// A YAML syntax error's caret sits on the offending line and token, not at
+// column 1 of the line yaml.v3 names (the enclosing block's start).
+func TestYAMLSyntaxPosition(t *testing.T) {
+	for _, c := range []struct{ src, want string }{
+		{"a:\n  b: 1\n  c: x: y\n", "f.yaml:3:7: invalid YAML: mapping values are not allowed in this context"},
+		{"when: request.model == \"a\": \"b\"\n", "f.yaml:1:27: invalid YAML: mapping values are not allowed in this context"},
+		{"when: 'a: b': c\n", "f.yaml:1:13: invalid YAML: mapping values are not allowed in this context"},
+		{"nodes:\n  - id: a\n   type: t\n", "f.yaml:3:4: invalid YAML: did not find expected '-' indicator"},
+		{"a: 1\n\tb: 2\n", "f.yaml:2:1: invalid YAML: found a tab character that violates indentation"},
+		{"a: [1,\nb: 2\n", "f.yaml:2:1: invalid YAML: did not find expected ',' or ']'"},
+		{"server:\n  listen: [\n", "f.yaml:2:11: invalid YAML: did not find expected node content"},
+		{"a: \"x\n", "f.yaml:1:4: invalid YAML: found unexpected end of stream"},
+	} {
+		_, ds := LoadYAML("f.yaml", []byte(c.src))
+		if len(ds) != 1 || !strings.HasPrefix(ds[0].String(), c.want) {
+			t.Errorf("%q: got %v, want %s", c.src, ds, c.want)
+		}
+	}
+}
+
+// The offending line of a long document is found by bisecting prefixes:
+// a few parses, not one per line (a 5000-line file stays fast).
+func TestYAMLSyntaxPositionLongFile(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("vars:\n")
+	for i := range 5000 {
+		fmt.Fprintf(&b, "  v%d: %d\n", i, i)
+	}
+	b.WriteString("  bad: x: y\n")
+	_, ds := LoadYAML("f.yaml", []byte(b.String()))
+	if len(ds) != 1 || !strings.HasPrefix(ds[0].String(), "f.yaml:5002:9: invalid YAML: mapping values") {
+		t.Fatalf("got %v", ds)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/celflow/celflow/cmd/internal/server/config"
+	"github.com/celflow/celflow/cmd/internal/server/front"
 	"github.com/celflow/celflow/cmd/internal/server/metrics"
 	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
@@ -107,7 +108,7 @@ func prepare(path string, getenv func(string) string, o prepareOptions) (*prepar
 		}
 		// Without a client (the upstream section has errors) the workflow
 		// is checked validate-only, so its own problems are reported too.
-		opts := engine.LoadOptions{Upstream: up, Services: services, WriteTimeout: cfg.Server.WriteTimeout}
+		opts := engine.LoadOptions{Upstream: up, Services: services, WriteTimeout: cfg.Server.WriteTimeout, Entry: front.Entry}
 		var wds schema.Diagnostics
 		if cfg.Workflow.Inline != nil {
 			wf, wds = engine.LoadDoc(cfg.Workflow.Inline, opts)

@@ -5,11 +5,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/celflow/celflow/cmd/internal/server/front"
 	"github.com/celflow/celflow/engine"
 )
 
@@ -35,7 +39,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if len(files) != 1 || *reqFile == "" {
-		fmt.Fprintln(stderr, "usage: celflow explain FILE --request REQ.json [--route chat] [--assume NODE=STATUS ...]")
+		fmt.Fprintln(stderr, "usage: celflow explain FILE --request REQ.json [--route chat] [--assume NODE=STATUS ...] [--header 'Name: value' ...] [--trace]")
 		return 2
 	}
 	rt, ok := engine.ParseRoute(*route)
@@ -62,12 +66,18 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		}
 		assume[id] = as
 	}
-	p := engine.Probe{Route: rt, Body: body, Tokens: *tokens, Headers: map[string][]string{}}
+	p := engine.Probe{Route: rt, Body: body, Tokens: *tokens, Headers: http.Header{}}
 	for _, h := range headers {
-		k, v, _ := strings.Cut(h, ":")
-		p.Headers[strings.TrimSpace(k)] = append(p.Headers[strings.TrimSpace(k)], strings.TrimSpace(v))
+		k, v, ok := strings.Cut(h, ":")
+		k = strings.TrimSpace(k)
+		if !ok || !httpguts.ValidHeaderFieldName(k) || !httpguts.ValidHeaderFieldValue(strings.TrimSpace(v)) {
+			fmt.Fprintf(stderr, "celflow explain: --header %q: want 'Name: value' (a valid header name and value)\n", h)
+			return 2
+		}
+		p.Headers.Add(k, strings.TrimSpace(v)) // canonical names, as net/http hands them to serve
 	}
-	w, ds := engine.LoadFile(files[0], engine.LoadOptions{})
+	// The request goes through the front's own entry, the function serve runs.
+	w, ds := engine.LoadFile(files[0], engine.LoadOptions{Entry: front.Entry})
 	if w == nil {
 		fmt.Fprint(stderr, ds.Pretty())
 		return 1
@@ -76,26 +86,48 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "celflow explain: %s does not serve the %s route\n", files[0], rt)
 		return 1
 	}
-	var rep *engine.Report
-	var spans []sdktrace.ReadOnlySpan
-	if *traced {
-		rep, spans, err = tracedExplain(w, p, assume)
-	} else {
-		rep, err = w.Explain(context.Background(), p, assume)
+	// A node that behaves by a header the request does not send (the
+	// async-broker's mode) gets one path per value.
+	variants := w.Variants(p.Headers)
+	if len(variants) == 0 {
+		variants = []engine.Variant{{}}
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "celflow explain: %v\n", err)
-		return 2
+	var outs []string
+	for _, v := range variants {
+		q := p
+		q.Headers = p.Headers.Clone()
+		for k, vs := range v.Header {
+			q.Headers[k] = vs
+		}
+		var b strings.Builder
+		if v.Name != "" {
+			fmt.Fprintf(&b, "\nwith %s:\n", v.Name)
+		}
+		var rep *engine.Report
+		var spans []sdktrace.ReadOnlySpan
+		if *traced {
+			rep, spans, err = tracedExplain(w, q, assume)
+		} else {
+			rep, err = w.Explain(context.Background(), q, assume)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "celflow explain: %v\n", err)
+			return 2
+		}
+		b.WriteString(engine.FormatReport(rep))
+		if *traced {
+			fmt.Fprintln(&b, "\nspans:")
+			printSpans(&b, spans)
+		}
+		outs = append(outs, b.String())
 	}
 	if v := w.Version(); v != "" {
 		fmt.Fprintf(stdout, "%s %s, %s route\n", w.Name(), v, rt)
 	} else {
 		fmt.Fprintf(stdout, "%s, %s route\n", w.Name(), rt)
 	}
-	fmt.Fprint(stdout, engine.FormatReport(rep))
-	if *traced {
-		fmt.Fprintln(stdout, "\nspans:")
-		printSpans(stdout, spans)
+	for _, o := range outs {
+		fmt.Fprint(stdout, o)
 	}
 	return 0
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -10,20 +11,21 @@ import (
 	"github.com/celflow/celflow/engine"
 )
 
-// cmdGraph: `celflow graph [--format mermaid|dot] FILE` prints the DAG with
-// guards, fan-out lists and edge conditions as labels.
+// cmdGraph: `celflow graph [--format mermaid|dot|json] FILE` prints the DAG
+// with guards, fan-out lists and edge conditions as labels, or as JSON for
+// tools (graphJSON: the shape docs/workflow-reference.md documents).
 func cmdGraph(args []string) int { return runGraph(args, os.Stdout, os.Stderr) }
 
 func runGraph(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("celflow graph", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	format := fs.String("format", "mermaid", "mermaid or dot")
+	format := fs.String("format", "mermaid", "mermaid, dot or json")
 	files, err := parseInterspersed(fs, args)
 	if err != nil {
 		return 2
 	}
-	if len(files) != 1 || (*format != "mermaid" && *format != "dot") {
-		fmt.Fprintln(stderr, "usage: celflow graph [--format mermaid|dot] FILE")
+	if len(files) != 1 || (*format != "mermaid" && *format != "dot" && *format != "json") {
+		fmt.Fprintln(stderr, "usage: celflow graph [--format mermaid|dot|json] FILE")
 		return 2
 	}
 	w, ds := engine.LoadFile(files[0], engine.LoadOptions{})
@@ -31,9 +33,17 @@ func runGraph(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, ds.Pretty())
 		return 1
 	}
-	if *format == "dot" {
+	switch *format {
+	case "dot":
 		fmt.Fprint(stdout, dot(w))
-	} else {
+	case "json":
+		b, err := json.MarshalIndent(graphOf(w), "", "  ")
+		if err != nil {
+			fmt.Fprintf(stderr, "celflow graph: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "%s\n", b)
+	default:
 		fmt.Fprint(stdout, mermaid(w))
 	}
 	return 0
@@ -114,4 +124,73 @@ func dot(w *engine.Workflow) string {
 	}
 	b.WriteString("}\n")
 	return b.String()
+}
+
+// graphJSON is `celflow graph --format json`: the workflow's identity, the
+// routes it serves, each node with its guard and fan-out, and each edge with
+// its condition. Edges from "request" are the entry edges of nodes without
+// needs. Empty fields are left out; the shape only grows (new fields), so
+// tools may ignore what they do not know.
+type graphJSON struct {
+	Name    string      `json:"name"`
+	Version string      `json:"version,omitempty"`
+	Routes  []string    `json:"routes"`
+	Nodes   []graphNode `json:"nodes"`
+	Edges   []graphEdge `json:"edges"`
+}
+
+type graphNode struct {
+	ID          string `json:"id"`
+	Type        string `json:"type"`
+	Description string `json:"description,omitempty"`
+	When        string `json:"when,omitempty"`    // the guard (CEL)
+	ForEach     string `json:"foreach,omitempty"` // the fan-out list (CEL)
+	MaxParallel int    `json:"max_parallel,omitempty"`
+	Tolerate    int    `json:"tolerate,omitempty"`
+	Join        string `json:"join"` // all or any
+	Responds    bool   `json:"responds"`
+	Terminal    bool   `json:"terminal"`
+	Role        string `json:"role,omitempty"`
+	Attempts    int    `json:"attempts,omitempty"`
+	Timeout     string `json:"timeout,omitempty"`
+}
+
+type graphEdge struct {
+	From string `json:"from"` // a node id, or "request"
+	To   string `json:"to"`
+	If   string `json:"if,omitempty"` // the edge condition (CEL)
+}
+
+func graphOf(w *engine.Workflow) graphJSON {
+	g := graphJSON{Name: w.Name(), Version: w.Version(), Routes: []string{}, Nodes: []graphNode{}, Edges: []graphEdge{}}
+	for _, r := range engine.Routes {
+		if w.Serves(r) {
+			g.Routes = append(g.Routes, r.String())
+		}
+	}
+	for _, n := range w.Nodes() {
+		gn := graphNode{ID: n.ID, Type: n.Type, Description: n.Description, When: n.When, ForEach: n.ForEach,
+			Tolerate: n.Tolerate, Join: "all", Responds: n.Contract.Responds, Terminal: n.Contract.Terminal,
+			Role: n.Contract.Role}
+		if n.ForEach != "" {
+			gn.MaxParallel = n.MaxParallel
+		}
+		if n.JoinAny {
+			gn.Join = "any"
+		}
+		if n.Attempts > 1 {
+			gn.Attempts = n.Attempts
+		}
+		if n.Timeout > 0 {
+			gn.Timeout = n.Timeout.String()
+		}
+		g.Nodes = append(g.Nodes, gn)
+		if len(n.Needs) == 0 {
+			g.Edges = append(g.Edges, graphEdge{From: "request", To: n.ID})
+		}
+		for _, e := range n.Needs {
+			g.Edges = append(g.Edges, graphEdge{From: e.Node, To: n.ID, If: e.If})
+		}
+	}
+	return g
 }

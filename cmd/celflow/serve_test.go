@@ -82,7 +82,7 @@ func TestServeRefusesBadConfig(t *testing.T) {
 	bad := writeFile(t, dir, "bad.yaml", "server:\n  listen: [\n")
 	out.Reset()
 	if code := runServe(context.Background(), []string{"--config", bad}, &out, noEnv, nil); code != 1 ||
-		!strings.HasPrefix(out.String(), bad+":2:1: invalid YAML") {
+		!strings.HasPrefix(out.String(), bad+":2:11: invalid YAML") { // the unclosed [
 		t.Fatalf("invalid YAML: %d %s", code, out.String())
 	}
 	out.Reset()

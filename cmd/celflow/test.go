@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/celflow/celflow/cmd/internal/server/front"
 	"github.com/celflow/celflow/engine"
 )
 
@@ -27,7 +28,8 @@ func runTest(args []string, stdout, stderr io.Writer) int {
 	}
 	code := 0
 	for _, f := range files {
-		w, ds := engine.LoadFile(f, engine.LoadOptions{})
+		// Each test's request goes through the front's own entry, as under serve.
+		w, ds := engine.LoadFile(f, engine.LoadOptions{Entry: front.Entry})
 		if w == nil {
 			fmt.Fprint(stdout, ds.Pretty())
 			code = 1

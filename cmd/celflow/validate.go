@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/celflow/celflow/cmd/internal/server/front"
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/schema"
 )
@@ -164,7 +165,7 @@ func validateInput(path string, stdin io.Reader, tests bool) (schema.Diagnostics
 		// The same text as the serve path's LoadFile.
 		return schema.Diagnostics{{File: name, Msg: "cannot read workflow: " + err.Error(), Rule: schema.RuleInput}}, ""
 	}
-	w, ds := engine.Load(name, data, engine.LoadOptions{})
+	w, ds := engine.Load(name, data, engine.LoadOptions{Entry: front.Entry}) // tests: run through the front's entry
 	if w == nil {
 		return ds, ""
 	}

@@ -3,6 +3,7 @@ package celenv
 import (
 	"slices"
 	"strings"
+	"time"
 
 	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/operators"
@@ -90,6 +91,17 @@ func eval3(e celast.Expr, f Facts) (any, bool) {
 				return nil, false
 			}
 			return compare(c.FunctionName(), l, r)
+		case "duration":
+			// duration("1s") of a literal: the ending proof compares
+			// outcome.duration with it (edges split on how long a node took).
+			if len(args) == 1 && args[0].Kind() == celast.LiteralKind {
+				if str, ok := args[0].AsLiteral().(types.String); ok {
+					if d, err := time.ParseDuration(string(str)); err == nil {
+						return d, true
+					}
+				}
+			}
+			return nil, false
 		case operators.In:
 			l, lok := eval3(args[0], f)
 			if !lok || args[1].Kind() != celast.ListKind {
@@ -125,6 +137,22 @@ func compare(op string, l, r any) (any, bool) {
 	switch a := l.(type) {
 	case int64:
 		b, ok := r.(int64)
+		if !ok {
+			return nil, false
+		}
+		switch op {
+		case operators.Less:
+			return a < b, true
+		case operators.LessEquals:
+			return a <= b, true
+		case operators.Greater:
+			return a > b, true
+		case operators.GreaterEquals:
+			return a >= b, true
+		}
+		return equality(op, a, b)
+	case time.Duration:
+		b, ok := r.(time.Duration)
 		if !ok {
 			return nil, false
 		}
@@ -177,6 +205,24 @@ func (x *Expr) IntLiterals() []int64 {
 		if e.Kind() == celast.LiteralKind {
 			if i, ok := e.AsLiteral().(types.Int); ok {
 				out = append(out, int64(i))
+			}
+		}
+	}))
+	return out
+}
+
+// DurationLiterals lists the durations the expression compares something
+// with (duration("1s")): the ending proof tries outcome.duration on each
+// side of them, so edges that split on it are seen to be exclusive.
+func (x *Expr) DurationLiterals() []time.Duration {
+	if x == nil {
+		return nil
+	}
+	var out []time.Duration
+	celast.PreOrderVisit(x.root, celast.NewExprVisitor(func(e celast.Expr) {
+		if e.Kind() == celast.CallKind && e.AsCall().FunctionName() == "duration" {
+			if v, ok := eval3(e, nil); ok {
+				out = append(out, v.(time.Duration))
 			}
 		}
 	}))

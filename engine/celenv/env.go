@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common"
@@ -266,6 +267,12 @@ func (e *Env) Compile(src string, kind Kind) (*Expr, []Issue) {
 	compiles.Add(1)
 	parsed, iss := env.Parse(src)
 	if iss != nil && iss.Err() != nil {
+		if line, col, ok := loneAssign(src); ok {
+			// One issue for the likely cause, not the parser's cascade.
+			return nil, []Issue{{Line: line, Col: col, Rule: "cel/syntax",
+				Msg:  "`=` is not an operator in CEL: did you mean `==`?",
+				Hint: "compare with == (response.status == 412); CEL has no assignment"}}
+		}
 		return nil, e.issues(iss.Errors(), kind, nil)
 	}
 	pre := e.lintOutputs(parsed.NativeRep().Expr(), parsed.NativeRep().SourceInfo())
@@ -318,6 +325,65 @@ func (e *Env) Compile(src string, kind Kind) (*Expr, []Issue) {
 	x := &Expr{Src: src, Kind: kind, prog: prg, StatusCompares: cmps, CostMax: est.Max, CostLimited: limited}
 	x.analyze(ast, e.nodeIndex)
 	return x, nil
+}
+
+// loneAssign finds a single = outside string literals (not ==, !=, <=,
+// >=): the usual cause of a parse error in a condition written like an
+// assignment. line is 1-based, col 0-based in runes, as cel-go reports.
+func loneAssign(src string) (line, col int, ok bool) {
+	rs := []rune(src)
+	line, lineStart := 1, 0
+	for i := 0; i < len(rs); i++ {
+		c := rs[i]
+		switch {
+		case c == '\n':
+			line, lineStart = line+1, i+1
+		case c == '"' || c == '\'':
+			raw := i > 0 && (rs[i-1] == 'r' || rs[i-1] == 'R')
+			triple := i+2 < len(rs) && rs[i+1] == c && rs[i+2] == c
+			j := i + 1
+			if triple {
+				j = i + 3
+			}
+			for ; j < len(rs); j++ {
+				if rs[j] == '\\' && !raw {
+					j++
+					continue
+				}
+				if rs[j] == '\n' {
+					line, lineStart = line+1, j+1
+				}
+				if rs[j] == c && (!triple || j+2 < len(rs) && rs[j+1] == c && rs[j+2] == c) {
+					if triple {
+						j += 2
+					}
+					break
+				}
+			}
+			i = j
+		case c == '=':
+			if i+1 < len(rs) && rs[i+1] == '=' {
+				i++ // ==
+				continue
+			}
+			if i > 0 && strings.ContainsRune("!<>=", rs[i-1]) {
+				continue // !=, <=, >=
+			}
+			// Beside another operator (== = x) it is a typo of another kind.
+			p, n := i-1, i+1
+			for p >= 0 && unicode.IsSpace(rs[p]) {
+				p--
+			}
+			for n < len(rs) && unicode.IsSpace(rs[n]) {
+				n++
+			}
+			if p < 0 || n >= len(rs) || strings.ContainsRune("=!<>&|", rs[p]) || rs[n] == '=' {
+				continue
+			}
+			return line, i - lineStart, true
+		}
+	}
+	return 0, 0, false
 }
 
 // ruleOf classifies a cel-go checker or parser message.

@@ -75,6 +75,17 @@ var pass = engine.Result{}
 
 // Run decides the mode. The no-header path allocates nothing.
 func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
+	m, tenant, r, done := n.decide(ctx, x)
+	if done {
+		return r
+	}
+	return n.queue(ctx, x, m, tenant)
+}
+
+// decide reads the mode and the tenant and serves what needs no queue (no
+// header, passthrough, a refused header): done is false for the queued
+// modes, which Run queues and Preview describes.
+func (n *Node) decide(ctx context.Context, x *engine.Exec) (m mode, tenant string, r engine.Result, done bool) {
 	h := x.Run.Req.Header
 	v := first(h, n.cfg.mode, n.cfg.modeAlias)
 	if v == "" {
@@ -83,9 +94,8 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 			// own objective and fairness id on its legs.
 			leg.OwnedHeaders.Set(x.Run, n.cfg.legHeader(d.tier, d.tenant, n.overflow(ctx, d.tenant)))
 		}
-		return pass
+		return 0, "", pass, true
 	}
-	var m mode
 	switch {
 	case strings.EqualFold(v, "passthrough"):
 		m = modePassthrough
@@ -94,24 +104,24 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 	case strings.EqualFold(v, "wait"):
 		m = modeWait
 	default:
-		return fail(engine.Errorf(engine.KindInvalidRequest, "%s must be passthrough, enqueue or wait", n.cfg.mode))
+		return 0, "", fail(engine.Errorf(engine.KindInvalidRequest, "%s must be passthrough, enqueue or wait", n.cfg.mode)), true
 	}
 	tenant, single := tenantOf(h, n.cfg.tenant, n.cfg.tenantAlias)
 	if !single {
-		return fail(engine.Errorf(engine.KindInvalidRequest, "%s was sent more than once (or with its alias %s): the tenant scopes results, send exactly one", n.cfg.tenant, n.cfg.tenantAlias))
+		return 0, "", fail(engine.Errorf(engine.KindInvalidRequest, "%s was sent more than once (or with its alias %s): the tenant scopes results, send exactly one", n.cfg.tenant, n.cfg.tenantAlias)), true
 	}
 	if tenant == "" {
 		tenant = "default"
 	}
 	if !validTenant(tenant) {
-		return fail(engine.Errorf(engine.KindInvalidRequest, "%s must match [A-Za-z0-9._-]{1,64}", n.cfg.tenant))
+		return 0, "", fail(engine.Errorf(engine.KindInvalidRequest, "%s must match [A-Za-z0-9._-]{1,64}", n.cfg.tenant)), true
 	}
 	if m == modePassthrough {
 		_, tier := n.cfg.pick(x.Run.Req.Model, tenant)
 		leg.OwnedHeaders.Set(x.Run, n.cfg.legHeader(tier, tenant, n.overflow(ctx, tenant)))
-		return pass
+		return m, tenant, pass, true
 	}
-	return n.queue(ctx, x, m, tenant)
+	return m, tenant, engine.Result{}, false
 }
 
 type mode uint8

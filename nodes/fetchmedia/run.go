@@ -35,17 +35,36 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 	}
 	st := &x.Run.State
 	body := st.Body
+	parts, items, dls, order, e := n.scan(body)
+	if e != nil {
+		return engine.Result{Err: e}
+	}
+	attrs := map[string]any{"celflow.media.items": len(items)}
+	if len(order) > 0 {
+		if e := n.downloadAll(ctx, order, attrs); e != nil {
+			return engine.Result{Err: e, Attrs: attrs}
+		}
+		st.Body = rewrite(body, parts, items, dls)
+	}
+	st.Media = items
+	return engine.Result{Attrs: attrs}
+}
+
+// scan finds the body's media parts and validates each without I/O:
+// inline items get their type and size, remote ones the download they
+// share with identical URLs of their modality (dls per item, nil for
+// inline; order lists the distinct downloads).
+func (n *Node) scan(body []byte) (parts []mm.PartRef, items []engine.MediaItem, dls, order []*download, e *engine.Error) {
 	parts, err := mm.ScanParts(body, nil)
 	if err != nil {
-		return engine.Result{Err: scanErr(err)}
+		return nil, nil, nil, nil, scanErr(err)
 	}
 	if max := n.cfg.maxEntries; max > 0 && len(parts) > max {
-		return engine.Result{Err: engine.Errorf(engine.KindInvalidRequest,
-			"too many multimodal items: got %d, max %d", len(parts), max)}
+		return nil, nil, nil, nil, engine.Errorf(engine.KindInvalidRequest,
+			"too many multimodal items: got %d, max %d", len(parts), max)
 	}
-	items := make([]engine.MediaItem, len(parts))
-	dls := make([]*download, len(parts)) // per item; nil for inline
-	var order []*download
+	items = make([]engine.MediaItem, len(parts))
+	dls = make([]*download, len(parts))
 	seen := map[string]*download{}
 	for i := range parts {
 		p := &parts[i]
@@ -53,7 +72,7 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 		*it = engine.MediaItem{Index: i, Modality: p.Modality, Part: p.Part, PartStart: p.PartStart, PartEnd: p.PartEnd}
 		u, e := n.inspect(body, p, it)
 		if e != nil {
-			return engine.Result{Err: e}
+			return nil, nil, nil, nil, e
 		}
 		if u == nil {
 			continue
@@ -67,15 +86,7 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 		}
 		dls[i] = d
 	}
-	attrs := map[string]any{"celflow.media.items": len(items)}
-	if len(order) > 0 {
-		if e := n.downloadAll(ctx, order, attrs); e != nil {
-			return engine.Result{Err: e, Attrs: attrs}
-		}
-		st.Body = rewrite(body, parts, items, dls)
-	}
-	st.Media = items
-	return engine.Result{Attrs: attrs}
+	return parts, items, dls, order, nil
 }
 
 // inspect validates one part without I/O (inline payloads are checked here,

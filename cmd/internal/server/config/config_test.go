@@ -128,7 +128,7 @@ func TestInvalid(t *testing.T) {
 			[]string{
 				`/etc/celflow/serve.yaml:2:11: server.listen: expected string, got 5`,
 				`/etc/celflow/serve.yaml:3:18: server.write_timeout: invalid duration "30"`,
-				`/etc/celflow/serve.yaml:4:17: server.read_timeout: expected string, got 30`,
+				`/etc/celflow/serve.yaml:4:17: server.read_timeout: invalid duration 30 (want a non-negative Go duration such as "30s" or "1m30s") [schema/duration]`,
 				`/etc/celflow/serve.yaml:5:16: server.drain_delay: invalid duration "abc"`,
 			}},
 		{"stream write timeout 0", "server: {stream_write_timeout: 0s}\nworkflow: w\n",

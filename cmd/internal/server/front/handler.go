@@ -2,7 +2,6 @@ package front
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,11 +21,7 @@ import (
 // for the shutdown, the draining refusal, and the summary line.
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &exchange{ResponseWriter: w, start: time.Now()}
-	x.id, x.rejected = requestID(r.Header)
-	if x.rejected >= 0 {
-		// The rejected value must never travel further (CEL, logs, legs).
-		r.Header.Del("X-Request-Id")
-	}
+	x.id, x.rejected = canonicalID(r.Header)
 	w.Header().Set("X-Request-Id", x.id)
 	x.streamWT, x.h1 = s.cur.Load().streamWT, r.ProtoMajor == 1
 	// A write deadline set by an earlier reply on this kept-alive connection
@@ -271,27 +266,17 @@ func unreadable(err error) *engine.Error {
 }
 
 // parseRequest indexes the body once (it must be a JSON object), reads
-// model and stream without validating them, for the chat route refuses the
-// media shapes celflow does not carry, and for the generate route
-// validates token_ids and features at entry (docs/protocol.md, render: Generate).
+// model and stream without validating them (engine.NewRequest), for the chat
+// route refuses the media shapes celflow does not carry, and for the generate
+// route validates token_ids and features at entry (docs/protocol.md, render: Generate).
 func parseRequest(id string, route engine.Route, h http.Header, body []byte) (*engine.Request, *jsonb.Object, engine.Tokens, []engine.MediaItem, *engine.Error) {
 	var tokens engine.Tokens
-	obj, err := jsonb.Parse(body)
-	if err != nil {
-		var dup *jsonb.DuplicateKeyError
-		if errors.As(err, &dup) { // the same scan finds repeated names, on every route
-			return nil, nil, tokens, nil, engine.DuplicateKey(dup.Path, err)
-		}
-		return nil, nil, tokens, nil, engine.Errorf(engine.KindInvalidJSON, "request body must be a JSON object: %v", err)
-	}
-	req := &engine.Request{ID: id, Route: route, Header: h, Body: body}
-	if raw, ok := obj.Get("model"); ok {
-		req.Model = jsonString(raw)
-	}
-	if raw, ok := obj.Get("stream"); ok {
-		req.Stream = string(raw) == "true" // the literal only: "true" (a string) is not streaming
+	req, obj, e := engine.NewRequest(id, route, h, body)
+	if e != nil {
+		return nil, nil, tokens, nil, e
 	}
 	var media []engine.MediaItem
+	var err error
 	if route == engine.RouteChat {
 		// Media shapes a worker would read but celflow cannot guard, or
 		// ambiguous ones, are refused here for every workflow, with or
@@ -309,20 +294,21 @@ func parseRequest(id string, route engine.Route, h http.Header, body []byte) (*e
 	return req, obj, tokens, media, nil
 }
 
-// jsonString returns a raw JSON string's value, or "" for any other value.
-func jsonString(raw []byte) string {
-	if len(raw) < 2 || raw[0] != '"' {
-		return ""
+// Entry is the front's entry for a request that did not come over HTTP
+// (explain, the tests: block; engine.Entry): the header map as net/http
+// would hand it to serveHTTP (no Host: net/http keeps it in Request.Host),
+// the canonical id serveHTTP draws, and parseRequest. The caller's map is
+// not modified.
+func Entry(route engine.Route, h http.Header, body []byte) (engine.Entered, *engine.Error) {
+	h = h.Clone()
+	if h == nil {
+		h = http.Header{}
 	}
-	inner := raw[1 : len(raw)-1]
-	for _, c := range inner {
-		if c == '\\' {
-			var s string
-			if json.Unmarshal(raw, &s) != nil {
-				return ""
-			}
-			return s
-		}
+	h.Del("Host")
+	id, _ := canonicalID(h)
+	req, obj, tokens, media, e := parseRequest(id, route, h, body)
+	if e != nil {
+		return engine.Entered{}, e
 	}
-	return string(inner)
+	return engine.Entered{Req: req, Obj: obj, Tokens: tokens, Media: media}, nil
 }

@@ -26,6 +26,16 @@ func requestID(h http.Header) (id string, rejected int) {
 	return uuid.NewString(), len(vs[0])
 }
 
+// canonicalID is requestID, and drops a rejected client value from h: it
+// must never travel further (CEL, logs, legs).
+func canonicalID(h http.Header) (id string, rejected int) {
+	id, rejected = requestID(h)
+	if rejected >= 0 {
+		h.Del("X-Request-Id")
+	}
+	return id, rejected
+}
+
 // validID is the request id pattern [a-zA-Z0-9-]{1,128}, without a regexp on the hot path.
 func validID(s string) bool {
 	if len(s) == 0 || len(s) > MaxRequestIDLen {
