@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/celflow/celflow/.ci/tools/jaegertest"
+	"github.com/celflow/celflow/.ci/tools/proctest"
 )
 
 // roles are the simulated workers, one process each, so each record says
@@ -93,17 +94,17 @@ workflow: %s
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := startProc(t, "celflow serve", celflowBin, []string{
+	p := proctest.Start(t, "celflow serve", celflowBin, []string{
 		"OTEL_EXPORTER_OTLP_ENDPOINT=" + j.OTLPHTTPEndpoint(),
 		"OTEL_TRACES_EXPORTER=otlp",
 		"OTEL_SERVICE_NAME=celflow",
 		"OTEL_BSP_SCHEDULE_DELAY=100", // milliseconds: spans reach Jaeger soon after the request
 	}, "serve", "--config", cfgPath)
-	addr, err := p.waitLine(servingRe, 15*time.Second)
+	addr, err := p.WaitLine(servingRe, 15*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.hash, err = p.waitLine(hashRe, time.Second); err != nil {
+	if st.hash, err = p.WaitLine(hashRe, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	st.celflow = "http://" + addr
@@ -114,7 +115,7 @@ workflow: %s
 // startSim starts one celflow-sim (or `celflow-sim gateway`) and returns its URL.
 func startSim(t *testing.T, bin, name string, args ...string) string {
 	t.Helper()
-	u, err := startProc(t, name, bin, nil, args...).waitLine(listeningRe, 10*time.Second)
+	u, err := proctest.Start(t, name, bin, nil, args...).WaitLine(listeningRe, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,6 +75,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/celflow/celflow/.ci/tools/proctest"
 )
 
 const (
@@ -131,7 +133,7 @@ var (
 
 func startSim(t *testing.T, bin, name string, args ...string) string {
 	t.Helper()
-	u, err := startProc(t, name, bin, nil, args...).waitLine(listeningRe, 10*time.Second)
+	u, err := proctest.Start(t, name, bin, nil, args...).WaitLine(listeningRe, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,10 +143,10 @@ func startSim(t *testing.T, bin, name string, args ...string) string {
 func startRedis(t *testing.T) string {
 	t.Helper()
 	port := freePort(t)
-	p := startProc(t, "redis-server", binary(t, "REDIS_SERVER_BIN", "redis-server"), nil,
+	p := proctest.Start(t, "redis-server", binary(t, "REDIS_SERVER_BIN", "redis-server"), nil,
 		"--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--save", "", "--appendonly", "no",
 		"--dir", t.TempDir())
-	if _, err := p.waitLine(redisReady, 10*time.Second); err != nil {
+	if _, err := p.WaitLine(redisReady, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	return fmt.Sprintf("redis://127.0.0.1:%d/0", port)
@@ -193,12 +195,12 @@ workflow: %s
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := startProc(t, "celflow serve", celflowBin, nil, "serve", "--config", path)
-	addr, err := p.waitLine(servingRe, 20*time.Second)
+	p := proctest.Start(t, "celflow serve", celflowBin, nil, "serve", "--config", path)
+	addr, err := p.WaitLine(servingRe, 20*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	maddr, err := p.waitLine(metricsRe, 5*time.Second)
+	maddr, err := p.WaitLine(metricsRe, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +238,7 @@ scrape_configs:
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	startProc(t, "prometheus", binary(t, "PROMETHEUS_BIN", "prometheus"), nil,
+	proctest.Start(t, "prometheus", binary(t, "PROMETHEUS_BIN", "prometheus"), nil,
 		"--config.file="+path, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port), "--log.level=warn")
 	c := &Client{Base: fmt.Sprintf("http://127.0.0.1:%d", port), HTTP: plain}

@@ -1,6 +1,7 @@
-//go:build jaeger
-
-package jaegertest_test
+// Package proctest runs the child processes of the .ci end-to-end tests
+// (Jaeger, Prometheus): celflow, its simulated workers and the real
+// servers they talk to, each on 127.0.0.1.
+package proctest
 
 import (
 	"bufio"
@@ -16,10 +17,10 @@ import (
 	"time"
 )
 
-// proc is one child process of the Jaeger end-to-end test: its output is
+// Proc is one child process of an end-to-end test: its output is
 // kept (bounded), it never outlives the test (Pdeathsig), and t.Cleanup
 // stops it (SIGTERM, SIGKILL after 5 s) and logs its tail if t failed.
-type proc struct {
+type Proc struct {
 	name string
 	cmd  *exec.Cmd
 
@@ -29,13 +30,13 @@ type proc struct {
 	done  chan struct{}
 }
 
-// startProc starts bin with args and the extra environment env.
-func startProc(t *testing.T, name, bin string, env []string, args ...string) *proc {
+// Start starts bin with args and the extra environment env.
+func Start(t *testing.T, name, bin string, env []string, args ...string) *Proc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(childEnv(), env...)
+	cmd.Env = append(ChildEnv(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &proc{name: name, cmd: cmd, grew: make(chan struct{}), done: make(chan struct{})}
+	p := &Proc{name: name, cmd: cmd, grew: make(chan struct{}), done: make(chan struct{})}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -57,18 +58,18 @@ func startProc(t *testing.T, name, bin string, env []string, args ...string) *pr
 		close(p.done)
 	}()
 	t.Cleanup(func() {
-		p.stop()
+		p.Stop()
 		if t.Failed() {
-			t.Logf("--- output of %s (last 40 lines):\n%s", name, p.tail(40))
+			t.Logf("--- output of %s (last 40 lines):\n%s", name, p.Tail(40))
 		}
 	})
 	return p
 }
 
-// childEnv is the test's environment without CELFLOW_* overrides (they
+// ChildEnv is the test's environment without CELFLOW_* overrides (they
 // would change the serve config the test writes), proxies, or OTEL_*
 // settings of the caller: the test sets the tracing variables itself.
-func childEnv() []string {
+func ChildEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
@@ -81,7 +82,7 @@ func childEnv() []string {
 	return env
 }
 
-func (p *proc) collect(wg *sync.WaitGroup, prefix string, r io.Reader) {
+func (p *Proc) collect(wg *sync.WaitGroup, prefix string, r io.Reader) {
 	defer wg.Done()
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
@@ -97,9 +98,9 @@ func (p *proc) collect(wg *sync.WaitGroup, prefix string, r io.Reader) {
 	}
 }
 
-// waitLine waits, at most within, for an output line matching re and
+// WaitLine waits, at most within, for an output line matching re and
 // returns its last submatch.
-func (p *proc) waitLine(re *regexp.Regexp, within time.Duration) (string, error) {
+func (p *Proc) WaitLine(re *regexp.Regexp, within time.Duration) (string, error) {
 	deadline := time.NewTimer(within)
 	defer deadline.Stop()
 	seen := 0
@@ -116,20 +117,22 @@ func (p *proc) waitLine(re *regexp.Regexp, within time.Duration) (string, error)
 		select {
 		case <-grew:
 		case <-p.done:
-			return "", fmt.Errorf("%s exited before printing %s:\n%s", p.name, re, p.tail(20))
+			return "", fmt.Errorf("%s exited before printing %s:\n%s", p.name, re, p.Tail(20))
 		case <-deadline.C:
 			return "", fmt.Errorf("%s printed no line matching %s within %s", p.name, re, within)
 		}
 	}
 }
 
-func (p *proc) tail(n int) string {
+// Tail is the last n lines of output, "out: " or "err: " prefixed.
+func (p *Proc) Tail(n int) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return strings.Join(p.lines[max(0, len(p.lines)-n):], "\n")
 }
 
-func (p *proc) stop() {
+// Stop ends the process: SIGTERM, SIGKILL after 5 s.
+func (p *Proc) Stop() {
 	select {
 	case <-p.done:
 		return
