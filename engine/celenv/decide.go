@@ -1,6 +1,7 @@
 package celenv
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"time"
@@ -136,37 +137,9 @@ func literal(v ref.Val) (any, bool) {
 func compare(op string, l, r any) (any, bool) {
 	switch a := l.(type) {
 	case int64:
-		b, ok := r.(int64)
-		if !ok {
-			return nil, false
-		}
-		switch op {
-		case operators.Less:
-			return a < b, true
-		case operators.LessEquals:
-			return a <= b, true
-		case operators.Greater:
-			return a > b, true
-		case operators.GreaterEquals:
-			return a >= b, true
-		}
-		return equality(op, a, b)
+		return order(op, a, r)
 	case time.Duration:
-		b, ok := r.(time.Duration)
-		if !ok {
-			return nil, false
-		}
-		switch op {
-		case operators.Less:
-			return a < b, true
-		case operators.LessEquals:
-			return a <= b, true
-		case operators.Greater:
-			return a > b, true
-		case operators.GreaterEquals:
-			return a >= b, true
-		}
-		return equality(op, a, b)
+		return order(op, a, r)
 	case string:
 		b, ok := r.(string)
 		if !ok {
@@ -181,6 +154,26 @@ func compare(op string, l, r any) (any, bool) {
 		return equality(op, a, b)
 	}
 	return nil, false
+}
+
+// order decides the ordering and equality operators between a and r when r
+// has a's type.
+func order[T cmp.Ordered](op string, a T, r any) (any, bool) {
+	b, ok := r.(T)
+	if !ok {
+		return nil, false
+	}
+	switch op {
+	case operators.Less:
+		return a < b, true
+	case operators.LessEquals:
+		return a <= b, true
+	case operators.Greater:
+		return a > b, true
+	case operators.GreaterEquals:
+		return a >= b, true
+	}
+	return equality(op, a, b)
 }
 
 // equality decides == and != between two values of one type.

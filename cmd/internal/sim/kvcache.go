@@ -107,6 +107,13 @@ func (c *KVCache) Cached(p promptInfo) int {
 	keys = keys[:c.Cacheable(p)/c.blockSize]
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	n := c.hits(keys)
+	return n * c.blockSize
+}
+
+// hits is how many of keys, from the first, the cache holds; those become
+// most recently used. c.mu is held.
+func (c *KVCache) hits(keys []blockKey) int {
 	n := 0
 	for _, k := range keys {
 		if _, ok := c.bm[k]; !ok {
@@ -115,7 +122,7 @@ func (c *KVCache) Cached(p promptInfo) int {
 		n++
 	}
 	c.touch(keys[:n])
-	return n * c.blockSize
+	return n
 }
 
 // covered is the length of p's longest cached prefix counting its tail:
@@ -125,14 +132,7 @@ func (c *KVCache) covered(p promptInfo) int {
 	keys, tail, hasTail := chainKeys(p, c.blockSize)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := 0
-	for _, k := range keys {
-		if _, ok := c.bm[k]; !ok {
-			break
-		}
-		n++
-	}
-	c.touch(keys[:n])
+	n := c.hits(keys)
 	if n == len(keys) && hasTail {
 		if e, ok := c.tm[tail]; ok {
 			c.tails.MoveToFront(e)
