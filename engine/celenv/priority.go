@@ -38,6 +38,7 @@ func priorityEnv() (*cel.Env, error) {
 			cel.CustomTypeProvider(p),
 			cel.CustomTypeAdapter(p),
 			ext.Strings(),
+			hashLib(),
 			cel.Variable("request", types.NewObjectType(RequestType)),
 		)
 	})
