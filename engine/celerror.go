@@ -2,8 +2,6 @@ package engine
 
 import (
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/sirupsen/logrus"
 	"go.opentelemetry.io/otel/attribute"
@@ -24,7 +22,7 @@ import (
 //
 // Either way the event is recorded on the outcome (Outcome.CELErrors: the
 // metrics' celflow_cel_errors_total{node,expr} reads it), logged at most
-// once per CELErrorLogInterval per (node, expr) with the error and the
+// once per celenv.ErrorLogInterval per (node, expr) with the error and the
 // request id, and added to the node's span as a "cel_error" event.
 // foreach lists are not covered: a failed list has no safe value.
 
@@ -65,56 +63,11 @@ func (ce CELError) Effect() string {
 	return s + " (on_cel_error: safe)"
 }
 
-// CELErrorLogInterval bounds the log: one line per (node, expr) and
-// interval, counting the events the interval suppressed.
-const CELErrorLogInterval = 10 * time.Second
-
 // AttrCELExpr and AttrCELError annotate a "cel_error" span event.
 const (
 	AttrCELExpr  = attribute.Key("celflow.cel.expr")
 	AttrCELError = attribute.Key("celflow.cel.error")
 )
-
-// celErrLog rate-limits the CEL error log of one loaded workflow (a
-// generation's state, not the process's: a reload starts afresh).
-type celErrLog struct {
-	mu   sync.Mutex
-	last map[celErrKey]*celErrEntry
-	now  func() time.Time
-}
-
-type celErrKey struct{ node, expr string }
-
-type celErrEntry struct {
-	at         time.Time
-	suppressed int
-}
-
-// admit says whether to log an event of k now, and how many events of k
-// the interval before it suppressed.
-func (l *celErrLog) admit(k celErrKey) (bool, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if l.now != nil {
-		now = l.now()
-	}
-	if l.last == nil {
-		l.last = map[celErrKey]*celErrEntry{}
-	}
-	e := l.last[k]
-	if e == nil {
-		l.last[k] = &celErrEntry{at: now}
-		return true, 0
-	}
-	if now.Sub(e.at) < CELErrorLogInterval {
-		e.suppressed++
-		return false, 0
-	}
-	n := e.suppressed
-	e.at, e.suppressed = now, 0
-	return true, n
-}
 
 // celFails says whether the workflow's policy turns CEL errors into 500s.
 func (w *Workflow) celFails() bool { return w.onCELError == OnCELErrorFail }
@@ -128,7 +81,7 @@ func (rs *run) celError(i int, expr string, err error) bool {
 	o.CELErrors = append(o.CELErrors, ce)
 	policy := rs.w.policy()
 	if !rs.r.Stubbed && rs.w.celLog != nil {
-		if ok, suppressed := rs.w.celLog.admit(celErrKey{o.Node, expr}); ok {
+		if ok, suppressed := rs.w.celLog.Admit(o.Node, expr); ok {
 			fields := logrus.Fields{"node": o.Node, "expr": expr, "error": ce.Error, "on_cel_error": policy}
 			if rs.r.Req != nil {
 				fields["request_id"] = rs.r.Req.ID

@@ -8,23 +8,45 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/celflow/celflow/cmd/internal/server/admission"
 	"github.com/celflow/celflow/cmd/internal/server/front"
 	"github.com/celflow/celflow/cmd/internal/server/metrics"
 	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
+	"github.com/celflow/celflow/engine/celenv"
 	"github.com/celflow/celflow/nodes/nodetest"
 )
+
+// lockedBuf is a log sink safe for the request goroutines that write it.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
 
 // celServer serves one workflow through the real front with the real
 // metrics and a JSON log it keeps; the workflow must load without error.
 type celServer struct {
 	url  string
 	m    *metrics.Metrics
-	logs *bytes.Buffer
+	logs *lockedBuf
 }
 
 func startCELServer(t *testing.T, name, yaml string, up *upstream.Client) *celServer {
@@ -39,7 +61,7 @@ func startCELServer(t *testing.T, name, yaml string, up *upstream.Client) *celSe
 			runners[rt] = wf
 		}
 	}
-	s := &celServer{m: metrics.New(), logs: &bytes.Buffer{}}
+	s := &celServer{m: metrics.New(), logs: &lockedBuf{}}
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	// The engine logs through the standard logger; these tests run one at a
@@ -212,5 +234,88 @@ nodes:
 	}
 	if a, b := s.celErrors(t, "prefill", "guard"), s.celErrors(t, "decode", "target[0].if"); a != 1 || b != 1 {
 		t.Fatalf("cel errors: prefill guard %v, decode target %v", a, b)
+	}
+}
+
+// blockingRunner answers 200 once released (or when its client leaves).
+type blockingRunner struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingRunner) Serve(r *engine.Run) *engine.Report {
+	b.entered <- struct{}{}
+	select {
+	case <-b.release:
+	case <-r.Ctx.Done():
+	}
+	w, ok := r.Answer()
+	if !ok {
+		return &engine.Report{Workflow: "blocking", Err: engine.Errorf(engine.KindInternal, "answered twice")}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Request-Id", r.Req.ID)
+	_, _ = io.WriteString(w, `{"ok":true}`)
+	return &engine.Report{Workflow: "blocking", Answered: true}
+}
+
+// The admission priority (serve config) that fails at run time for a
+// waiting request: the request waits with the default priority 0 and is
+// served, the event is counted as celflow_cel_errors_total{node="",
+// expr="priority"} and logged once with the request id.
+func TestCELErrorPriority(t *testing.T) {
+	prio, iss := celenv.CompilePriority(`"x-tier" in request.headers ? int(request.headers["x-tier"]) : 0`)
+	if iss != nil {
+		t.Fatal(iss)
+	}
+	m := metrics.New()
+	logs := &lockedBuf{}
+	log := logrus.New()
+	log.SetOutput(logs)
+	log.SetFormatter(&logrus.JSONFormatter{})
+	run := &blockingRunner{entered: make(chan struct{}, 4), release: make(chan struct{}, 4)}
+	srv := front.New(front.Options{Runners: map[engine.Route]engine.Runner{engine.RouteChat: run}, Log: log,
+		Observe: m.Observe, AdmissionObserver: m.AdmissionObserver(),
+		Admission: front.Admission{Limits: admission.Limits{MaxInFlight: 1, MaxQueue: 4, QueueTimeout: time.Minute}, Priority: prio}})
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	// Runs before ts.Close, which waits for the requests: a failing test
+	// releases them instead of hanging.
+	defer close(run.release)
+	s := &celServer{url: ts.URL, m: m}
+
+	type res struct {
+		status int
+		body   string
+	}
+	first := make(chan res, 1)
+	go func() {
+		st, b := s.post(t, `{}`, "X-Request-Id", "holder")
+		first <- res{st, b}
+	}()
+	<-run.entered // the holder has the only slot
+	waiter := make(chan res, 1)
+	go func() {
+		st, b := s.post(t, `{}`, "X-Tier", "gold", "X-Request-Id", "waiter-1")
+		waiter <- res{st, b}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.celErrors(t, "", "priority") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the priority error was never counted; logs:\n%s", logs.String())
+		}
+		time.Sleep(5 * time.Millisecond) // polling a must-happen event, bounded
+	}
+	run.release <- struct{}{}
+	run.release <- struct{}{}
+	for _, c := range []chan res{first, waiter} {
+		if r := <-c; r.status != 200 {
+			t.Fatalf("status %d: %s", r.status, r.body)
+		}
+	}
+	l := logs.String()
+	if strings.Count(l, `"msg":"CEL expression failed at run time"`) != 1 || !strings.Contains(l, `"request_id":"waiter-1"`) ||
+		!strings.Contains(l, `"expr":"priority"`) {
+		t.Fatalf("logs:\n%s", l)
 	}
 }

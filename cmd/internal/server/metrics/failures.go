@@ -106,13 +106,6 @@ func (m *Metrics) observeCELErrors(o *engine.Outcome) {
 	}
 }
 
-// PriorityError counts an admission priority expression that failed at run
-// time (the request waits with the default priority): node "", expr
-// "priority". It is the front's Options.PriorityError hook.
-func (m *Metrics) PriorityError() {
-	m.failures.celErrors.WithLabelValues("", "priority").Inc()
-}
-
 func retryReasonLabel(r string) string {
 	for _, v := range engine.RetryReasons {
 		if r == v {
