@@ -271,7 +271,7 @@ func (rs *run) handled(i int) bool {
 		if e.cond == nil {
 			continue
 		}
-		ok := rs.cond(i, e)
+		ok := rs.cond(i, e, ref.to)
 		if rs.stopped {
 			return false
 		}
@@ -306,8 +306,14 @@ func (rs *run) retry(i int, c *completion) bool {
 		ok, err := p.cond.Bool(rs.act)
 		rs.act.Outcome = nil
 		if err != nil {
+			// safe: no retry (the attempt's own failure stands); fail: a 500.
+			if !rs.celError(i, "retry.if", err) {
+				return false
+			}
 			rs.decideRunning(i, nil)
-			rs.fail(&Error{Kind: KindInternal, Node: n.id, Item: -1, Msg: "retry predicate failed", Cause: err})
+			rs.fail(&Error{Kind: KindInternal, Node: n.id, Item: -1,
+				Msg:   "the retry rule (retry.if) of this node failed at run time (the server log has the error)",
+				Cause: fmt.Errorf("retry.if %s: %w", p.cond.Src, err)})
 			return true
 		}
 		if !ok {

@@ -421,6 +421,9 @@ func explainLine(o Outcome) string {
 	if o.Target != nil {
 		parts = append(parts, o.Target.Desc)
 	}
+	for _, ce := range o.CELErrors {
+		parts = append(parts, "CEL error in "+ce.Expr+" ("+ce.Error+"): "+ce.Effect())
+	}
 	return strings.Join(parts, "; ")
 }
 

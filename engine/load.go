@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/celflow/celflow/engine/celenv"
 	"github.com/celflow/celflow/schema"
 )
 
@@ -154,7 +155,8 @@ type compiler struct {
 func compile(doc *schema.Doc, opts LoadOptions, hash string) (*Workflow, schema.Diagnostics) {
 	opts.Services = opts.services()
 	c := &compiler{doc: doc, opts: opts, ids: map[string]int{},
-		w: &Workflow{file: doc.File, hash: hash, doc: doc, pool: &sync.Pool{}, closing: &closeState{}, entry: opts.Entry}}
+		w: &Workflow{file: doc.File, hash: hash, doc: doc, pool: &sync.Pool{}, closing: &closeState{}, entry: opts.Entry,
+			onCELError: OnCELErrorSafe, celLog: &celenv.ErrorLog{}}}
 	c.ds = schema.Validate(doc, schema.WorkflowID, "")
 	if _, ok := doc.Root.(map[string]any); !ok {
 		return nil, c.ds
@@ -195,6 +197,9 @@ func (c *compiler) header(wd *workflowDoc) {
 			c.defs.maxParallel = d.MaxParallel.V
 		}
 		c.defs.retry = d.Retry
+		if d.OnCELError.V != "" {
+			c.w.onCELError = d.OnCELError.V
+		}
 	}
 	c.vars = map[string]any{}
 	for _, e := range wd.Vars {

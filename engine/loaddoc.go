@@ -40,6 +40,7 @@ type defaultsFieldsDoc struct {
 	Timeout     schema.Val[time.Duration] `json:"timeout"`
 	MaxParallel schema.Val[int]           `json:"max_parallel"`
 	Retry       *retryDoc                 `json:"retry"`
+	OnCELError  schema.Val[string]        `json:"on_cel_error"`
 }
 
 // targetDoc is one target rule of a node (target.go).

@@ -49,6 +49,7 @@ type Outcome struct {
 	Outputs    map[string]any
 	Responded  bool
 	Retries    []AttemptFailure // attempts that failed and were retried, in order (retrylog.go)
+	CELErrors  []CELError       // its expressions that failed at run time, in order (celerror.go)
 }
 
 // Report is what a run leaves behind, for logs, metrics and `celflow demo`.

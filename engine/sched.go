@@ -251,11 +251,18 @@ func (rs *run) decide(i int) {
 	if n.when != nil {
 		ok, err := rs.guard(i, n)
 		if err != nil {
-			// A guard that errors fails the request (500); the node is never skipped.
-			e := &Error{Kind: KindInternal, Node: n.id, Item: -1, Msg: "guard evaluation failed", Cause: err}
-			o.Err = e
-			rs.settle(i, StatusFailed, "guard error: "+err.Error())
-			rs.fail(e)
+			// on_cel_error: fail makes it a 500 naming the node; safe (the
+			// default) skips the node, as a false guard would.
+			if rs.celError(i, "guard", err) {
+				e := &Error{Kind: KindInternal, Node: n.id, Item: -1,
+					Msg:   "the guard (when:) of this node failed at run time (the server log has the error)",
+					Cause: fmt.Errorf("guard %s: %w", n.when.Src, err)}
+				o.Err = e
+				rs.settle(i, StatusFailed, "guard error: "+err.Error())
+				rs.fail(e)
+				return
+			}
+			rs.settle(i, StatusSkipped, "guard error, read as false (on_cel_error: safe)")
 			return
 		}
 		if !ok {
@@ -279,9 +286,10 @@ func (rs *run) decide(i int) {
 		}
 	}
 	if n.targets != nil {
-		t, err := rs.chooseTarget(n)
+		t, err := rs.chooseTarget(i, n)
 		if err != nil {
-			e := &Error{Kind: KindInternal, Node: n.id, Item: -1, Msg: "target evaluation failed", Cause: err}
+			e := &Error{Kind: KindInternal, Node: n.id, Item: -1,
+				Msg: "a target rule of this node failed at run time (the server log has the error)", Cause: err}
 			o.Err = e
 			rs.settle(i, StatusFailed, "target error: "+err.Error())
 			rs.fail(e)
@@ -405,7 +413,7 @@ func (rs *run) propagate(i int) {
 		case StatusSucceeded:
 			fire = e.cond == nil
 			if !fire {
-				fire = rs.cond(i, e)
+				fire = rs.cond(i, e, ref.to)
 			}
 		case StatusFailed, StatusTimedOut:
 			if e.cond != nil {
@@ -414,7 +422,7 @@ func (rs *run) propagate(i int) {
 					fire = true
 				case memoFalse:
 				default:
-					fire = rs.cond(i, e)
+					fire = rs.cond(i, e, ref.to)
 				}
 			}
 		}
@@ -428,11 +436,15 @@ func (rs *run) propagate(i int) {
 	}
 }
 
-// cond evaluates an edge condition about node i; an error fails the run.
-func (rs *run) cond(i int, e *cedge) bool {
+// cond evaluates an edge condition about node i. An error is the policy's:
+// the edge does not hold (safe), or the run fails (fail).
+func (rs *run) cond(i int, e *cedge, to int) bool {
 	rs.act.Outcome = &rs.act.Nodes.States[i]
 	ok, err := e.cond.Bool(rs.act)
 	rs.act.Outcome = nil
+	if err != nil && !rs.celError(i, "edge:"+rs.w.nodes[i].id+"->"+rs.w.nodes[to].id, err) {
+		return false
+	}
 	if err != nil {
 		// The expression is the operator's, not the client's business: it
 		// goes to the log (Cause, as written), the client learns which node.

@@ -262,9 +262,12 @@ nodes:
 	}
 }
 
-// ACCEPTANCE 49: a guard that errors at run time fails the request.
+// ACCEPTANCE 49: a guard that errors at run time fails the request, under
+// defaults.on_cel_error: fail (the default, safe, skips the node, counted
+// and logged: TestCELErrorPolicy).
 func TestGuardRuntimeError(t *testing.T) {
 	w := load(t, `
+defaults: {on_cel_error: fail}
 vars: {m: {a: x}}
 nodes:
   - {id: gate, type: t-noop, when: 'config.m["missing"] == "x"'}
@@ -465,9 +468,10 @@ nodes:
 // Guards that a route decides (literals, request.format) are not
 // evaluated, yet read exactly as evaluated: same statuses and reasons, and
 // an erroring operand the route does not absorb still fails the run
-// (ACCEPTANCE 49).
+// (ACCEPTANCE 49, under on_cel_error: fail).
 func TestStaticGuards(t *testing.T) {
 	w := load(t, `
+defaults: {on_cel_error: fail}
 vars: {m: {a: x}}
 nodes:
   - {id: lit, type: t-noop, when: "true"}
@@ -600,11 +604,13 @@ nodes:
 	}
 }
 
-// A condition that fails at run time fails the run with 500, and its CEL
-// text stays out of the client's message (where it was quoted, then
-// JSON-escaped again): it goes to the log through the error's cause.
+// A condition that fails at run time fails the run with 500 under
+// on_cel_error: fail, and its CEL text stays out of the client's message
+// (where it was quoted, then JSON-escaped again): it goes to the log
+// through the error's cause.
 func TestEdgeConditionErrorKeepsCELFromClient(t *testing.T) {
 	w := load(t, `
+defaults: {on_cel_error: fail}
 nodes:
   - {id: probe, type: t-cond-decode, params: {status: 412}}
   - {id: decode, type: t-decode, needs: [{node: probe, if: 'response.status == 412 && int(request.model + "x") > 1'}]}

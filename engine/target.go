@@ -230,14 +230,20 @@ func describeTarget(k int, t *LegTarget, headers []string) string {
 }
 
 // chooseTarget evaluates node i's rules with the run's activation; nil
-// when none matched (the node type's defaults apply).
-func (rs *run) chooseTarget(n *cnode) (*LegTarget, error) {
+// when none matched (the node type's defaults apply). A rule whose if:
+// fails at run time does not match under on_cel_error: safe; under fail
+// the error is returned.
+func (rs *run) chooseTarget(i int, n *cnode) (*LegTarget, error) {
 	for k := range n.targets {
 		r := &n.targets[k]
 		if r.cond != nil {
 			ok, err := r.cond.Bool(rs.act)
 			if err != nil {
-				return nil, fmt.Errorf("target[%d].if: %w", k, err)
+				expr := "target[" + strconv.Itoa(k) + "].if"
+				if rs.celError(i, expr, err) {
+					return nil, fmt.Errorf("%s %s: %w", expr, r.cond.Src, err)
+				}
+				continue
 			}
 			if !ok {
 				continue

@@ -101,6 +101,9 @@ func endSpan(sp trace.Span, o *Outcome, attrs map[string]any) {
 		kv = append(kv, AttrHandled.Bool(true))
 	}
 	sp.SetAttributes(kv...)
+	for _, ce := range o.CELErrors {
+		sp.AddEvent("cel_error", trace.WithAttributes(AttrCELExpr.String(ce.Expr), AttrCELError.String(ce.Error)))
+	}
 	if (o.Status == StatusFailed || o.Status == StatusTimedOut) && !o.Handled {
 		msg := o.Reason
 		if o.Err != nil {

@@ -28,6 +28,9 @@ type Workflow struct {
 	pool  *sync.Pool // of *scratch
 	entry Entry      // explain's and tests' entry (LoadOptions.Entry)
 
+	onCELError string           // defaults.on_cel_error: "safe" or "fail" (celerror.go)
+	celLog     *celenv.ErrorLog // the rate limit of its CEL error log, shared with explain's copy
+
 	// closing makes Close happen once. A pointer, because explain's stub
 	// copies the struct (and shares it: only the loaded workflow is closed).
 	closing *closeState

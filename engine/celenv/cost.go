@@ -59,7 +59,7 @@ func (sizeEstimator) EstimateSize(n cost.AstNode) *cost.SizeEstimate {
 }
 
 func (sizeEstimator) EstimateCallCost(function, overloadID string, target *cost.AstNode, args []cost.AstNode) *cost.CallEstimate {
-	return nil
+	return estimateHashCost(overloadID, args)
 }
 
 func costIssue(max uint64) Issue {

@@ -54,6 +54,7 @@ func base() (*cel.Env, error) {
 			cel.CustomTypeProvider(p),
 			cel.CustomTypeAdapter(p),
 			ext.Strings(),
+			hashLib(),
 			cel.Variable("request", types.NewObjectType(RequestType)),
 			cel.Variable("media", types.NewListType(types.NewObjectType(MediaType))),
 			cel.Variable("tokens", types.NewObjectType(TokensType)),
@@ -316,7 +317,7 @@ func (e *Env) Compile(src string, kind Kind) (*Expr, []Issue) {
 	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
 	limited := est.Max > RuntimeLimitAbove || iterates(ast.NativeRep().Expr())
 	if limited {
-		opts = append(opts, cel.CostLimit(CostLimit))
+		opts = append(opts, cel.CostLimit(CostLimit), cel.CostTracking(runtimeCost{}))
 	}
 	prg, err := env.Program(ast, opts...)
 	if err != nil {

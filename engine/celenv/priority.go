@@ -38,6 +38,7 @@ func priorityEnv() (*cel.Env, error) {
 			cel.CustomTypeProvider(p),
 			cel.CustomTypeAdapter(p),
 			ext.Strings(),
+			hashLib(),
 			cel.Variable("request", types.NewObjectType(RequestType)),
 		)
 	})
@@ -49,6 +50,9 @@ func priorityEnv() (*cel.Env, error) {
 type Priority struct {
 	Src  string
 	prog cel.Program
+	// Log rate-limits the log of its run-time errors (one config
+	// generation's, like the expression).
+	Log *ErrorLog
 }
 
 // CompilePriority parses, type-checks (the result must be an int) and
@@ -81,7 +85,7 @@ func CompilePriority(src string) (*Priority, []Issue) {
 	if err != nil {
 		return nil, []Issue{{Line: 1, Col: 0, Msg: err.Error()}}
 	}
-	return &Priority{Src: src, prog: prg}, nil
+	return &Priority{Src: src, prog: prg, Log: &ErrorLog{}}, nil
 }
 
 // bodyReads refuses request fields that come from the body.

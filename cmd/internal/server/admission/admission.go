@@ -116,6 +116,13 @@ type Observer interface {
 	Rejected(class int, r Reason, waited time.Duration)
 }
 
+// PriorityObserver is an Observer that also counts the admission priority
+// expressions that failed at run time (the request waited with the
+// default priority, 0). The front calls it when its Observer implements it.
+type PriorityObserver interface {
+	PriorityError()
+}
+
 // View is the read-only in-flight view. Counts are a snapshot; a limit of
 // 0 means unbounded.
 type View interface {

@@ -96,7 +96,8 @@ const keepAliveBody = 256 << 10
 
 // priority evaluates the priority expression, only for a request that has
 // to wait. An evaluation error (typically a header read without `in`) is
-// priority 0, logged at debug level.
+// priority 0, counted (admission.PriorityObserver: celflow_cel_errors_total
+// {node="",expr="priority"}) and logged at most once per 10 s.
 func (s *Server) priority(x *exchange, r *http.Request, route engine.Route, p *celenv.Priority) int64 {
 	if p == nil {
 		return 0
@@ -104,7 +105,16 @@ func (s *Server) priority(x *exchange, r *http.Request, route engine.Route, p *c
 	req := celenv.Request{ID: x.id, Format: route.String(), Path: route.Path(), Header: r.Header}
 	n, err := p.Eval(&req)
 	if err != nil {
-		s.entry(x).WithError(err).Debug("admission: priority expression failed, using 0")
+		if po, ok := s.opts.AdmissionObserver.(admission.PriorityObserver); ok {
+			po.PriorityError()
+		}
+		if ok, suppressed := p.Log.Admit("", "priority"); ok {
+			e := s.entry(x).WithError(err).WithField("node", "").WithField("expr", "priority")
+			if suppressed > 0 {
+				e = e.WithField("suppressed", suppressed)
+			}
+			e.Warn("CEL expression failed at run time")
+		}
 		return 0
 	}
 	return n

@@ -24,6 +24,9 @@ type admissionMetrics struct {
 	byClass []classSeries
 
 	watch sync.Once
+
+	// priorityErrors is celflow_cel_errors_total{node="",expr="priority"}.
+	priorityErrors prometheus.Counter
 }
 
 type classSeries struct {
@@ -79,6 +82,9 @@ func (o *admissionObserver) Admitted(class int, waited time.Duration) {
 		a.wait.WithLabelValues(RouteLabel(engine.Route(class)), "admitted").Observe(waited.Seconds())
 	}
 }
+
+// PriorityError implements admission.PriorityObserver.
+func (o *admissionObserver) PriorityError() { o.priorityErrors.Inc() }
 
 func (o *admissionObserver) Rejected(class int, r admission.Reason, waited time.Duration) {
 	a := (*admissionMetrics)(o)

@@ -15,6 +15,7 @@ import (
 // workflow, reasons from engine.RetryReasons, pools are the three roles.
 type failureMetrics struct {
 	retries      *prometheus.CounterVec // node, reason
+	celErrors    *prometheus.CounterVec // node, expr
 	ejections    *prometheus.CounterVec // pool
 	readmissions *prometheus.CounterVec // pool
 	up           atomic.Pointer[upstream.Client]
@@ -32,6 +33,12 @@ func newFailureMetrics(f factory) *failureMetrics {
 	fm.retries = f.counterVec("retries_total",
 		"Node attempts that failed and were retried, by node and reason (transport, timeout, unavailable, status_5xx, status_4xx, bad_reply, protocol, other).",
 		"node", "reason")
+	// expr is engine.CELError.Expr ("guard", "edge:a->b", "target[0].if",
+	// "retry.if") or "priority": a kind and an identifier from the loaded
+	// configs, never the expression text or request data.
+	fm.celErrors = f.counterVec("cel_errors_total",
+		"CEL expressions that failed at run time, by node and expression (guard, edge:<from>-><to>, target[<k>].if, retry.if; priority with node \"\" for admission.priority).",
+		"node", "expr")
 	fm.ejections = f.counterVec("endpoint_ejections_total",
 		"Direct-mode endpoints taken out of rotation by passive health, by pool.", "pool")
 	fm.readmissions = f.counterVec("endpoint_readmissions_total",
@@ -89,6 +96,13 @@ func (m *Metrics) healthEvent(ev upstream.HealthEvent) {
 func (m *Metrics) observeRetries(o *engine.Outcome) {
 	for k := range o.Retries {
 		m.failures.retries.WithLabelValues(o.Node, retryReasonLabel(o.Retries[k].Reason)).Inc()
+	}
+}
+
+// observeCELErrors counts one outcome's run-time CEL errors.
+func (m *Metrics) observeCELErrors(o *engine.Outcome) {
+	for k := range o.CELErrors {
+		m.failures.celErrors.WithLabelValues(o.Node, o.CELErrors[k].Expr).Inc()
 	}
 }
 

@@ -98,6 +98,7 @@ func New() *Metrics {
 		"version", "goversion")
 	m.failures = newFailureMetrics(f)
 	m.adm = newAdmissionMetrics(f)
+	m.adm.priorityErrors = m.failures.celErrors.WithLabelValues("", "priority")
 	m.conns = newConnMetrics(f)
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
