@@ -8,17 +8,19 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// The run-time CEL error policy (issue 18). An expression can fail at run
+// The run-time CEL error policy. An expression can fail at run
 // time for some requests only (a division by zero, an index past the end,
 // a missing map key, .value() of an empty optional, a bad conversion or
 // regex); one such expression must not turn every matching request into a
 // 500 unnoticed. Under the workflow's `defaults.on_cel_error`:
 //
-//   - "safe" (the default) reads the failed expression as its safe value:
+//   - "safe" reads the failed expression as its safe value:
 //     a guard as false (the node is skipped), an edge condition as false
 //     (the edge does not hold), a target rule's `if` as false (the rule
 //     does not match), a retry rule's `if` as false (no retry);
-//   - "fail" ends the request with a 500 naming the node only.
+//   - "fail" (the default, docs/acceptance.md 49: a failed guard is never
+//     skipped unless the workflow says so) ends the request with a 500
+//     naming the node only.
 //
 // Either way the event is recorded on the outcome (Outcome.CELErrors: the
 // metrics' celflow_cel_errors_total{node,expr} reads it), logged at most
@@ -105,7 +107,7 @@ func (rs *run) celError(i int, expr string, err error) bool {
 
 func (w *Workflow) policy() string {
 	if w.onCELError == "" {
-		return OnCELErrorSafe
+		return OnCELErrorFail
 	}
 	return w.onCELError
 }

@@ -10,7 +10,7 @@ import (
 
 // Issue 18: a CEL expression that fails at run time (here int() of a model
 // name that is no number: it validates, and fails on every request) is
-// read as its safe value under defaults.on_cel_error: safe (the default)
+// read as its safe value under defaults.on_cel_error: safe
 // and fails the request with a 500 naming the node under fail. Either way
 // the outcome records the event by a stable name, never the expression.
 func TestCELErrorPolicy(t *testing.T) {
@@ -48,7 +48,7 @@ func TestCELErrorPolicy(t *testing.T) {
 					doc = "defaults: {on_cel_error: " + policy + "}\n" + doc
 				}
 				w := load(t, doc)
-				if want := map[string]string{"": "safe"}[policy]; w.OnCELError() != policy && w.OnCELError() != want {
+				if want := map[string]string{"": "fail"}[policy]; w.OnCELError() != policy && w.OnCELError() != want {
 					t.Fatalf("policy %q", w.OnCELError())
 				}
 				r := serve(t, w, context.Background(), engine.RouteChat, `{"model":"m"}`)
@@ -56,7 +56,7 @@ func TestCELErrorPolicy(t *testing.T) {
 				if len(o.CELErrors) == 0 || o.CELErrors[0].Expr != tc.expr || !strings.Contains(o.CELErrors[0].Error, "string") {
 					t.Fatalf("cel errors %+v", o.CELErrors)
 				}
-				if policy == "fail" {
+				if policy != "safe" { // fail, the default
 					e := r.rep.Err
 					if e == nil || e.HTTPStatus() != 500 || e.Node != tc.failNode {
 						t.Fatalf("err %v (%s)", e, statuses(r.rep))

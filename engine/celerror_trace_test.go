@@ -24,6 +24,7 @@ func TestCELErrorSpanEvents(t *testing.T) {
 	defer otel.SetTracerProvider(prev)
 
 	w := load(t, `
+defaults: {on_cel_error: safe}
 nodes:
   - {id: pre, type: t-noop}
   - {id: side, type: t-noop, needs: [{node: pre, if: 'request.model.size() / (size(media) * 0) > 1'}]}

@@ -156,7 +156,7 @@ func compile(doc *schema.Doc, opts LoadOptions, hash string) (*Workflow, schema.
 	opts.Services = opts.services()
 	c := &compiler{doc: doc, opts: opts, ids: map[string]int{},
 		w: &Workflow{file: doc.File, hash: hash, doc: doc, pool: &sync.Pool{}, closing: &closeState{}, entry: opts.Entry,
-			onCELError: OnCELErrorSafe, celLog: &celenv.ErrorLog{}}}
+			onCELError: OnCELErrorFail, celLog: &celenv.ErrorLog{}}}
 	c.ds = schema.Validate(doc, schema.WorkflowID, "")
 	if _, ok := doc.Root.(map[string]any); !ok {
 		return nil, c.ds

@@ -117,10 +117,11 @@ func (s *celServer) celErrors(t *testing.T, node, expr string) float64 {
 // Issue 18: an expression that validates and fails at run time for the
 // request (int() of a model name that is no number, a division by the
 // number of media items on a text chat) is handled as documented under
-// defaults.on_cel_error: safe (the default) — the request is served, the
-// event counted in celflow_cel_errors_total{node,expr} and logged with the
-// request id, never the client's business — and answers 500 naming the
-// node under fail, one case per expression kind, through the real front.
+// defaults.on_cel_error: safe — the request is served, the event counted
+// in celflow_cel_errors_total{node,expr} and logged with the request id,
+// never the client's business — and answers 500 naming the node under fail
+// (the default, counted and logged the same way), one case per expression
+// kind, through the real front.
 func TestCELErrorPolicyThroughFront(t *testing.T) {
 	nodetest.Register()
 	const head = "apiVersion: celflow/v1\nkind: Workflow\nmetadata: {name: celerr, version: \"1\"}\nroutes: [chat]\n"
@@ -207,7 +208,7 @@ func TestCELErrorPolicyRealNodes(t *testing.T) {
 kind: Workflow
 metadata: {name: pd-celerr, version: "1"}
 routes: [chat]
-defaults: {kv_connector: kv-nixl}
+defaults: {kv_connector: kv-nixl, on_cel_error: safe}
 nodes:
   - {id: prefill, type: prefill, when: '10 / size(media) > 1'}
   - id: decode
