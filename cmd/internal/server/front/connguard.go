@@ -76,16 +76,17 @@ func (l *guardListener) Accept() (net.Conn, error) {
 	}
 }
 
-// refuse closes c with a reset and counts it.
+// refuse counts c, then closes it with a reset: counted first, so that
+// whoever sees the reset (a client, a test) also sees the count.
 func (l *guardListener) refuse(c net.Conn, reason string) {
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0)
-	}
-	_ = c.Close()
 	if l.obs != nil {
 		l.obs.ConnRefused(reason)
 	}
 	l.agg.add(reason)
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
 }
 
 // guardedConn gives its place under the cap back once, on the first Close.
