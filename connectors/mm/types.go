@@ -1,6 +1,7 @@
 package mm
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/celflow/celflow/engine"
@@ -64,6 +65,18 @@ func (e *Error) EngineError() *engine.Error {
 }
 
 var _ engine.Classified = (*Error)(nil)
+
+// ScanError is a part scan's failure as the engine reports it: a refused
+// media shape is the client's 400 with the part's path as param (an
+// *Error); anything else means the bytes are not JSON.
+func ScanError(err error) *engine.Error {
+	if _, ok := errors.AsType[*Error](err); ok {
+		return engine.AsError(err)
+	}
+	e := engine.Errorf(engine.KindInvalidJSON, "request body is not valid JSON")
+	e.Cause = err
+	return e
+}
 
 func errorf(k ErrKind, format string, args ...any) *Error {
 	return &Error{Kind: k, Msg: fmt.Sprintf(format, args...)}

@@ -37,7 +37,7 @@ func relay(w http.ResponseWriter, resp *http.Response, o RelayOptions) (n int64,
 		h["X-Request-Id"] = []string{o.ReqID}
 	}
 	rc := http.NewResponseController(w)
-	stream := o.Stream || isEventStream(resp.Header.Get("Content-Type"))
+	stream := o.Stream || IsEventStream(resp.Header.Get("Content-Type"))
 	// Deadline errors are ErrNotSupported on writers without a connection.
 	var deadline time.Time
 	if !stream && o.WriteTimeout > 0 {
@@ -81,9 +81,9 @@ func relay(w http.ResponseWriter, resp *http.Response, o RelayOptions) (n int64,
 	}
 }
 
-// isEventStream reports a text/event-stream media type, parameters allowed,
+// IsEventStream reports a text/event-stream media type, parameters allowed,
 // without mime.ParseMediaType's allocations.
-func isEventStream(ct string) bool {
+func IsEventStream(ct string) bool {
 	const sse = "text/event-stream"
 	ct = strings.TrimLeft(ct, " \t")
 	if len(ct) < len(sse) || !strings.EqualFold(ct[:len(sse)], sse) {

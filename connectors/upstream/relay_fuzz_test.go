@@ -61,13 +61,13 @@ func FuzzRelaySSE(f *testing.F) {
 		if err != nil || n != int64(len(body)) || !bytes.Equal(w.Body.Bytes(), body) {
 			t.Fatalf("relayed %d bytes (%v), want the %d sent exactly", n, err, len(body))
 		}
-		stream := isEventStream(ct)
+		stream := IsEventStream(ct)
 		if w.flushes < rd.reads {
 			t.Fatalf("%d flushes for %d reads", w.flushes, rd.reads)
 		}
 		if mt, _, err := mime.ParseMediaType(ct); err == nil && strings.TrimSpace(ct) == ct {
 			if (mt == "text/event-stream") != stream {
-				t.Fatalf("isEventStream(%q) = %v, mime says %q", ct, stream, mt)
+				t.Fatalf("IsEventStream(%q) = %v, mime says %q", ct, stream, mt)
 			}
 		}
 	})

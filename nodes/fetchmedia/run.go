@@ -2,7 +2,6 @@ package fetchmedia
 
 import (
 	"context"
-	"errors"
 	"net/url"
 	"strings"
 
@@ -57,7 +56,7 @@ func (n *Node) Run(ctx context.Context, x *engine.Exec) engine.Result {
 func (n *Node) scan(body []byte) (parts []mm.PartRef, items []engine.MediaItem, dls, order []*download, e *engine.Error) {
 	parts, err := mm.ScanParts(body, nil)
 	if err != nil {
-		return nil, nil, nil, nil, scanErr(err)
+		return nil, nil, nil, nil, mm.ScanError(err)
 	}
 	if max := n.cfg.maxEntries; max > 0 && len(parts) > max {
 		return nil, nil, nil, nil, engine.Errorf(engine.KindInvalidRequest,
@@ -222,17 +221,5 @@ func itemErr(k engine.Kind, it *engine.MediaItem, msg string) *engine.Error {
 func errAt(k engine.Kind, d *download, msg string, cause error) *engine.Error {
 	e := engine.Errorf(k, "media item %d (%s): %s", d.first, d.mod, msg)
 	e.Cause = cause
-	return e
-}
-
-// scanErr is a part scan's failure: a refused media shape is the client's
-// 400 with the part's path as param (mm.Error); anything else means the
-// bytes are not JSON.
-func scanErr(err error) *engine.Error {
-	if _, ok := errors.AsType[*mm.Error](err); ok {
-		return engine.AsError(err)
-	}
-	e := engine.Errorf(engine.KindInvalidJSON, "request body is not valid JSON")
-	e.Cause = err
 	return e
 }

@@ -2,7 +2,6 @@ package render
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/celflow/celflow/connectors/mm"
@@ -52,7 +51,7 @@ func (n *Node) chat(ctx context.Context, x *engine.Exec, st *engine.State) engin
 		// No fetch-media ran: find the parts so features can be matched.
 		parts, err := mm.ScanParts(st.Body, nil)
 		if err != nil {
-			return engine.Result{Err: scanErr(err)}
+			return engine.Result{Err: mm.ScanError(err)}
 		}
 		media = mm.MediaItems(parts)
 	}
@@ -116,16 +115,4 @@ func (n *Node) publish(st *engine.State, t engine.Tokens, items []engine.MediaIt
 	st.Tokens = t
 	st.Media = items
 	return out
-}
-
-// scanErr is a part scan's failure: a refused media shape is the client's
-// 400 with the part's path as param (mm.Error); anything else means the
-// bytes are not JSON.
-func scanErr(err error) *engine.Error {
-	if _, ok := errors.AsType[*mm.Error](err); ok {
-		return engine.AsError(err)
-	}
-	e := engine.Errorf(engine.KindInvalidJSON, "request body is not valid JSON")
-	e.Cause = err
-	return e
 }

@@ -3,10 +3,10 @@ package front
 import (
 	"context"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/celflow/celflow/cmd/internal/server/admission"
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
 )
 
@@ -83,7 +83,7 @@ func (x *exchange) WriteHeader(code int) {
 		// as the relay's (upstream.RelayOptions.Stream), 2xx only, so that
 		// error replies keep write_timeout.
 		x.streaming = x.streamWT > 0 && code < 300 &&
-			(x.run != nil && x.run.Req.Stream || isEventStream(x.Header().Get("Content-Type")))
+			(x.run != nil && x.run.Req.Stream || upstream.IsEventStream(x.Header().Get("Content-Type")))
 	}
 	x.ResponseWriter.WriteHeader(code)
 }
@@ -211,17 +211,6 @@ func (x *exchange) writeFailed() {
 	if x.cancelRun != nil {
 		x.cancelRun(errStalledWrite)
 	}
-}
-
-// isEventStream reports a text/event-stream media type, parameters allowed.
-func isEventStream(ct string) bool {
-	const sse = "text/event-stream"
-	ct = strings.TrimLeft(ct, " \t")
-	if len(ct) < len(sse) || !strings.EqualFold(ct[:len(sse)], sse) {
-		return false
-	}
-	rest := strings.TrimLeft(ct[len(sse):], " \t")
-	return rest == "" || rest[0] == ';'
 }
 
 // Unwrap lets http.ResponseController find the connection's writer.
