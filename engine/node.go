@@ -209,6 +209,9 @@ type Run struct {
 	// called): the scheduler keeps its records and spans but logs no
 	// retries, which would read as real failures in validate's output.
 	Stubbed bool
+	// Variant is the Variant.Mark a stubbed run explains ("" under serve):
+	// a Previewer shows that outcome.
+	Variant string
 	// Client is where a responding node writes the reply. Use Answer to claim it.
 	client   http.ResponseWriter
 	answerMu sync.Mutex
