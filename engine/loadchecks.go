@@ -81,14 +81,22 @@ func (c *compiler) deadEdges() {
 	routes := c.servedRoutes()
 	for i, n := range nodes {
 		dead := make([]string, len(n.needs))
+		hints := make([]string, len(n.needs))
 		for k, e := range n.needs {
 			if e.cond == nil || e.cond.Const != nil || len(routes) == 0 {
 				continue // a literal is graph/unreachable's; no condition always fires
 			}
 			p := nodes[e.from]
+			// A skipped predecessor fires its edges without evaluating them:
+			// one that may be skipped (a guard not surely true, a fan-out
+			// over no items) keeps every edge alive.
+			if p.foreach != nil || !allRoutes(routes, func(r Route) bool { return p.when.Decide(c.routeFacts(r)) == celenv.True }) {
+				continue
+			}
 			why := ""
 			if allRoutes(routes, func(r Route) bool { return e.cond.Decide(c.routeFacts(r)) == celenv.False }) {
 				why = fmt.Sprintf("its condition is false on every route the workflow serves (%s)", routeNames(routes))
+				hints[k] = "compare with a route the workflow serves (request.format is chat, completions or generate), or remove the edge"
 			} else if p.contract.Responds && !p.contract.Terminal && !p.contract.Gate {
 				fails := failureFacts(p, e.cond)
 				if allRoutes(routes, func(r Route) bool {
@@ -103,6 +111,7 @@ func (c *compiler) deadEdges() {
 					return true
 				}) {
 					why = fmt.Sprintf("%s answers the client when it succeeds, which ends the run, so this edge is evaluated only after %s failed, and its condition holds for no failure (a 2xx never reaches it)", quote(p.id), quote(p.id))
+					hints[k] = "route a failure (response.status == 412 for the miss, response.status >= 500 for an error), or remove the edge"
 				}
 			}
 			dead[k] = why
@@ -120,7 +129,7 @@ func (c *compiler) deadEdges() {
 				msg += "; " + quote(n.id) + " never runs"
 			}
 			d := c.warnf(RuleEdgeNever, c.needIfPtr(i, k), "%s", msg)
-			d.Hint = "route a failure (response.status == 412 for the miss, response.status >= 500 for an error), or remove the edge"
+			d.Hint = hints[k]
 		}
 	}
 }
