@@ -24,7 +24,7 @@ import (
 // Issue 18, explain and tests are the serve path: a property test. Seeded
 // generated workflows (the shipped P/D shapes' nodes with random guards,
 // edges, joins, retries, target rules and CEL error policies) and requests
-// (routes, models, headers, streaming) run through serve — the real front,
+// (chat, completions and generate, models, headers, streaming) run through serve — the real front,
 // the real node types, a celflow sim in direct mode answering the
 // statuses the case assumes (X-Sim-Fault per role; the conditional-decode
 // probe's hit or miss by its cache_hit_threshold, 0 always hits and 1
@@ -103,7 +103,8 @@ type genCaseT struct {
 	probeHit bool   // the probe's threshold is 0 (a hit), else 1 (a miss)
 	shipped  string // the shipped workflow's name, "" for a generated one
 	// predicted: the probe predicts (no mode: worker, the shipped ones); in
-	// direct mode without render it predicts a miss, 412, calling no one.
+	// direct mode it predicts a miss of a prompt shorter than a block (or
+	// of one no render tokenized), 412, calling no one.
 	predicted bool
 }
 
@@ -147,7 +148,7 @@ var (
 func genCase(rng *rand.Rand) genCaseT {
 	pick := func(l []string) string { return l[rng.IntN(len(l))] }
 	var b strings.Builder
-	b.WriteString("apiVersion: celflow/v1\nkind: Workflow\nmetadata: {name: gen, version: \"1\"}\nroutes: [chat, completions]\n")
+	b.WriteString("apiVersion: celflow/v1\nkind: Workflow\nmetadata: {name: gen, version: \"1\"}\nroutes: [chat, completions, generate]\n")
 	policy := []string{"safe", "fail"}[rng.IntN(2)]
 	fmt.Fprintf(&b, "defaults: {kv_connector: kv-nixl, on_cel_error: %s}\nvars: {big: m-big}\nnodes:\n", policy)
 	g := genCaseT{probeHit: rng.IntN(2) == 0}
@@ -200,7 +201,7 @@ func genCase(rng *rand.Rand) genCaseT {
 	statuses := []int{0, 0, 503, 400}
 	g.st = roleStatuses{prefill: statuses[rng.IntN(len(statuses))], decode: statuses[rng.IntN(len(statuses))]}
 	g.req = genRequest{
-		route:  []engine.Route{engine.RouteChat, engine.RouteCompletions}[rng.IntN(2)],
+		route:  []engine.Route{engine.RouteChat, engine.RouteCompletions, engine.RouteGenerate}[rng.IntN(3)],
 		model:  []string{"m", "m-big"}[rng.IntN(2)],
 		stream: rng.IntN(3) == 0,
 		tier:   []string{"", "gold", "silver"}[rng.IntN(3)],
@@ -213,8 +214,18 @@ func genCase(rng *rand.Rand) genCaseT {
 // body is the request's client body on its route.
 func (r genRequest) body() string {
 	s := fmt.Sprintf(`"model":%q,"max_tokens":2,"stream":%v`, r.model, r.stream)
-	if r.route == engine.RouteChat {
+	switch r.route {
+	case engine.RouteChat:
 		return fmt.Sprintf(`{%s,"messages":[{"role":"user","content":%q}]}`, s, r.prompt)
+	case engine.RouteGenerate:
+		// The prompt's length in ids, each its own: shorter than a block.
+		ids := make([]string, 0, 8)
+		for i, c := range r.prompt {
+			if len(ids) < 8 {
+				ids = append(ids, fmt.Sprint(int(c)+i))
+			}
+		}
+		return fmt.Sprintf(`{%s,"token_ids":[%s]}`, s, strings.Join(ids, ","))
 	}
 	return fmt.Sprintf(`{%s,"prompt":%q}`, s, r.prompt)
 }
@@ -254,7 +265,9 @@ func (g genCaseT) assumptions(w *engine.Workflow) map[string]engine.Assumption {
 	a := map[string]engine.Assumption{}
 	for _, n := range w.Nodes() {
 		switch {
-		case n.Type == "conditional-decode" && g.predicted:
+		case n.Type == "conditional-decode" && (g.predicted || g.req.route == engine.RouteGenerate):
+			// Predicted (worker mode has no threshold on generate): a
+			// prompt shorter than a block is a miss, without a call.
 			a[n.ID] = engine.Assumption{HTTP: 412}
 		case n.Type == "prefill" && g.st.prefill != 0:
 			a[n.ID] = engine.Assumption{HTTP: g.st.prefill}
