@@ -478,21 +478,34 @@ func describeFacts(f, base celenv.Facts) string {
 // miss before the edge that routes it fires.
 func (c *compiler) retryChecks() {
 	reported := map[string]bool{}
+	// One attempt: report each retry.if once, at its own position, naming
+	// the nodes it reaches (a defaults' if reaches those without attempts).
+	var once []string
+	onceNodes := map[string][]string{}
 	for i, n := range c.w.nodes {
 		rp := n.retry
-		if rp.cond == nil || n.node == nil {
+		if rp.cond == nil || n.node == nil || rp.attempts > 1 {
 			continue
 		}
-		if rp.attempts <= 1 {
-			if !reported[rp.condPtr] {
-				reported[rp.condPtr] = true
-				where := "this node makes"
-				if !strings.HasPrefix(rp.condPtr, c.specs[i].ptr+"/") {
-					where = "the nodes without attempts of their own make"
-				}
-				d := c.errf(RuleRetryOnce, rp.condPtr, "retry.if without attempts: %s one attempt (attempts defaults to 1), so it never retries and this condition is never evaluated", where)
-				d.Hint = "set attempts beside if (for example retry: {attempts: 3, if: ...}), or remove if"
+		if _, ok := onceNodes[rp.condPtr]; !ok {
+			once = append(once, rp.condPtr)
+		}
+		onceNodes[rp.condPtr] = append(onceNodes[rp.condPtr], quote(c.specs[i].id))
+	}
+	for _, ptr := range once {
+		who := "this node makes"
+		if !strings.HasPrefix(ptr, "/nodes/") {
+			who = strings.Join(onceNodes[ptr], ", ") + ", which set no attempts of their own, make"
+			if len(onceNodes[ptr]) == 1 {
+				who = onceNodes[ptr][0] + ", which sets no attempts of its own, makes"
 			}
+		}
+		d := c.errf(RuleRetryOnce, ptr, "retry.if without attempts: %s one attempt (attempts defaults to 1), so it never retries and this condition is never evaluated", who)
+		d.Hint = "set attempts beside if (for example retry: {attempts: 3, if: ...}), or remove if"
+	}
+	for _, n := range c.w.nodes {
+		rp := n.retry
+		if rp.cond == nil || n.node == nil || rp.attempts <= 1 {
 			continue
 		}
 		for _, s := range n.contract.Statuses {
@@ -507,7 +520,7 @@ func (c *compiler) retryChecks() {
 				continue
 			}
 			reported[key] = true
-			d := c.warnf(RuleRetryRouted, rp.condPtr, "this retry rule holds for %d, which %s (type %s) answers with a meaning of its own (the miss its edges route): every %d is retried up to %d times before it is routed",
+			d := c.warnf(RuleRetryRouted, rp.condPtr, "this retry rule holds for %d, which %s (type %s) answers with a meaning of its own (the miss its edges route): every %d takes up to %d attempts before it is routed",
 				s, quote(n.id), n.typ, s, rp.attempts)
 			d.Hint = fmt.Sprintf("exclude %d (for example if: response.status >= 500), or drop if to retry only timeouts, 5xx and transport failures", s)
 		}
