@@ -93,3 +93,49 @@ nodes:
 		})
 	}
 }
+
+// What node/timeout-cuts-reply warns about, through the real front and a
+// sim: decode runs its whole relay under its timeout, so a stream that
+// outlasts it is cut after the client got HTTP 200, without [DONE] and
+// without an error body; bounded by stream_idle_timeout instead (timeout
+// 0s), the same slow stream is relayed whole.
+func TestNodeTimeoutCutsRelayedStream(t *testing.T) {
+	worker := startSim(t, "--roles", "prefill,decode", "--name", "w0")
+	gateway := startSim(t, "gateway", "--prefill", worker, "--decode", worker)
+	up, err := upstream.New(upstream.Config{Gateway: gateway})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, decode string
+		done         bool
+	}{
+		{"timeout on decode", "timeout: 300ms", false},
+		{"stream_idle_timeout instead", "timeout: 0s\n    params: {stream_idle_timeout: 5s}", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startCELServer(t, "pd.yaml", `apiVersion: celflow/v1
+kind: Workflow
+metadata: {name: pd-cut, version: "1"}
+routes: [chat]
+defaults: {kv_connector: kv-nixl}
+nodes:
+  - id: decode
+    type: decode
+    `+tc.decode+`
+`, up)
+			// Six tokens 200ms apart: over a second of stream.
+			status, reply := s.post(t, `{"model":"m","max_tokens":6,"stream":true,"messages":[{"role":"user","content":"a slow stream"}]}`,
+				"X-Sim-Fault", "decode:itl=200ms")
+			if status != 200 {
+				t.Fatalf("status %d: %s", status, reply)
+			}
+			if done := strings.Contains(reply, "data: [DONE]"); done != tc.done {
+				t.Fatalf("[DONE] %v, want %v:\n%s", done, tc.done, reply)
+			}
+			if strings.Contains(reply, `"error"`) {
+				t.Fatalf("an error in the stream:\n%s", reply)
+			}
+		})
+	}
+}
