@@ -91,7 +91,11 @@ func (rs *run) execute(c *completion, i int, ctx context.Context, items []any, s
 		c.status, c.err, c.reason = rs.cancelled(err)
 		return
 	}
-	actx, cancel, clipped := rs.attemptCtx(ctx, n.timeout, start)
+	timeout := n.timeout
+	if t := x.Target; t != nil && t.Timeout != nil {
+		timeout = *t.Timeout // the chosen target rule's (per model, per rule)
+	}
+	actx, cancel, clipped := rs.attemptCtx(ctx, timeout, start)
 	if items != nil {
 		c.res, c.items = rs.fanOut(actx, n, x, items)
 	} else {
@@ -101,7 +105,7 @@ func (rs *run) execute(c *completion, i int, ctx context.Context, items []any, s
 		cancel()
 	}
 	c.dur = time.Since(c.start)
-	c.status, c.err, c.reason = rs.classify(ctx, actx, n, &c.res, clipped)
+	c.status, c.err, c.reason = rs.classify(ctx, actx, n, &c.res, clipped, timeout)
 }
 
 // attemptCtx applies the node timeout, clipped to the request deadline. A
@@ -121,7 +125,7 @@ func (rs *run) attemptCtx(ctx context.Context, t time.Duration, now time.Time) (
 
 // classify turns a node's Result into an outcome status and a typed error
 // wrapped once with the node id.
-func (rs *run) classify(ctx, actx context.Context, n *cnode, res *Result, clipped bool) (Status, *Error, string) {
+func (rs *run) classify(ctx, actx context.Context, n *cnode, res *Result, clipped bool, timeout time.Duration) (Status, *Error, string) {
 	if res.Err == nil {
 		return StatusSucceeded, nil, ""
 	}
@@ -136,7 +140,7 @@ func (rs *run) classify(ctx, actx context.Context, n *cnode, res *Result, clippe
 			e := &Error{Kind: KindDeadline, Node: n.id, Item: -1, Msg: "request deadline exceeded", Cause: res.Err}
 			return StatusTimedOut, e, "request deadline exceeded"
 		}
-		e := &Error{Kind: KindUpstreamTimeout, Node: n.id, Item: -1, Msg: "timed out after " + n.timeout.String(), Cause: res.Err}
+		e := &Error{Kind: KindUpstreamTimeout, Node: n.id, Item: -1, Msg: "timed out after " + timeout.String(), Cause: res.Err}
 		return StatusTimedOut, e, e.Msg
 	}
 	e := wrap(asError(res.Err), n.id, -1)

@@ -94,7 +94,8 @@ type Probe struct {
 	Route   Route
 	Body    []byte
 	Headers http.Header
-	Tokens  int // 0: 16
+	Tokens  int    // 0: 16
+	Variant string // the Variant.Mark explained, "" for none (Run.Variant)
 }
 
 // Explain runs the real compiled workflow and scheduler for one request,
@@ -124,6 +125,7 @@ func (w *Workflow) Explain(ctx context.Context, p Probe, assume map[string]Assum
 	sw := w.stubbed(p, assume)
 	run := NewRun(ctx, in.Req, discard{})
 	run.Stubbed = true
+	run.Variant = p.Variant
 	run.State.BodyObj = in.Obj
 	run.State.Tokens = in.Tokens
 	run.State.Media = in.Media
@@ -152,6 +154,10 @@ type Previewer interface {
 type Variant struct {
 	Name   string
 	Header http.Header
+	// Mark tells the node's Previewer which of the variants the headers
+	// select it is (Run.Variant), for outcomes no header selects: the
+	// async-broker's wait that outlives async.wait_cap and answers 202.
+	Mark string
 }
 
 // Varier is a node type whose behaviour turns on client headers the request

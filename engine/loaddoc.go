@@ -50,6 +50,10 @@ type targetDoc struct {
 	Pool    schema.Val[string]             `json:"pool"`
 	Model   schema.Val[string]             `json:"model"`
 	Headers schema.Map[schema.Val[string]] `json:"headers"`
+	// Timeouts of the chosen rule replace the node's for this request.
+	Timeout           schema.Val[time.Duration] `json:"timeout"`
+	TTFBTimeout       schema.Val[time.Duration] `json:"ttfb_timeout"`
+	StreamIdleTimeout schema.Val[time.Duration] `json:"stream_idle_timeout"`
 }
 
 // nodeDoc is one entry of nodes:.

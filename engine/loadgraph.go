@@ -59,6 +59,7 @@ func (c *compiler) graph() {
 	anc := g.Ancestors(order)
 	c.structure(g, order, brokenNeed)
 	c.reads(anc)
+	c.checks(anc)
 	if c.ds.HasErrors() {
 		return // dataflow over a broken graph would only add noise
 	}
@@ -98,6 +99,12 @@ func (c *compiler) structure(g *graph.Graph, order []int, brokenNeed []bool) {
 			}
 		}
 	}
+	// An edge whose condition can never hold when it is evaluated (a route
+	// the workflow does not serve, a 2xx out of conditional-decode) is a
+	// warning at the condition (deadEdges): the node it leads to is
+	// omitted, which every request survives, unlike a literal false, which
+	// says at the graph's level that the author cut the node off.
+	c.deadEdges()
 	live := func(i, k int) bool {
 		e := nodes[i].needs[k]
 		if nodes[e.from].contract.Terminal {

@@ -44,6 +44,13 @@ type Contract struct {
 	// (the concurrent SGLang prefill, docs/protocol.md, kv-sglang). Client disconnect and the
 	// request deadline still cancel it.
 	SurvivesEnd bool
+	// Gate: the node decides, before any other work, whether the request
+	// runs now or is queued (the async broker). A request it lets through
+	// succeeds without an answer (its successors' edges read success); a
+	// queued one is run again later from the workflow's start, so every node
+	// must come after it, or the queued request would run those nodes
+	// twice (graph/gate-not-first). Only meaningful with Responds.
+	Gate bool
 	// SharedEndpoint: the node's endpoint is drawn for the whole request,
 	// outside its own legs (the concurrent SGLang session, shared with
 	// decode), so a target rule may not choose its pool.
@@ -202,6 +209,9 @@ type Run struct {
 	// called): the scheduler keeps its records and spans but logs no
 	// retries, which would read as real failures in validate's output.
 	Stubbed bool
+	// Variant is the Variant.Mark a stubbed run explains ("" under serve):
+	// a Previewer shows that outcome.
+	Variant string
 	// Client is where a responding node writes the reply. Use Answer to claim it.
 	client   http.ResponseWriter
 	answerMu sync.Mutex

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/celflow/celflow/engine/celenv"
 	"github.com/celflow/celflow/schema"
@@ -33,6 +34,15 @@ type LegTarget struct {
 	// Desc is the rule as explain and spans show it: `target[0]: pool
 	// decode-70b, model "m-fp8", headers x-llm-d-inference-objective`.
 	Desc string
+	// Timeout replaces the node's per-attempt timeout (its `timeout`, or
+	// defaults.timeout) for this request; 0 is none. nil keeps the node's.
+	// The scheduler applies it.
+	Timeout *time.Duration
+	// TTFB replaces the legs' ttfb_timeout (the wait for the response
+	// headers; 0 is none), StreamIdle a relaying node's stream_idle_timeout
+	// (the longest silence between two relayed chunks; 0 is none); nil
+	// keeps the node's params. The legs apply them (nodes/internal/leg).
+	TTFB, StreamIdle *time.Duration
 	// Drop is every header any of the node's rules sets (canonical names):
 	// the client's value of those never reaches the node's legs, whichever
 	// rule matched or none (Rule -1), so a rule that does not fire cannot
@@ -51,9 +61,10 @@ type targetRule struct {
 
 // targetSpec is one rule as the document gives it.
 type targetSpec struct {
-	ptr, cond, pool, model string
-	headers                map[string]string
-	headerOrder            []string
+	ptr, cond, pool, model    string
+	headers                   map[string]string
+	headerOrder               []string
+	timeout, ttfb, streamIdle *time.Duration
 }
 
 // reservedLegHeaders are headers a target rule may not set: the transport's
@@ -108,6 +119,15 @@ func parseTargets(docs []targetDoc) []targetSpec {
 	out := make([]targetSpec, 0, len(docs))
 	for _, d := range docs {
 		ts := targetSpec{ptr: d.Ptr, cond: d.If.V, pool: d.Pool.V, model: d.Model.V}
+		for _, v := range []struct {
+			val *schema.Val[time.Duration]
+			dst **time.Duration
+		}{{&d.Timeout, &ts.timeout}, {&d.TTFBTimeout, &ts.ttfb}, {&d.StreamIdleTimeout, &ts.streamIdle}} {
+			if v.val.Set {
+				t := v.val.V
+				*v.dst = &t
+			}
+		}
 		for _, h := range d.Headers {
 			if ts.headers == nil {
 				ts.headers = map[string]string{}
@@ -156,6 +176,11 @@ func (c *compiler) compileTargets(i int, specs []targetSpec) []targetRule {
 		}
 		if ts.model != "" {
 			r.sel.Model, _ = json.Marshal(ts.model)
+		}
+		r.sel.Timeout, r.sel.TTFB, r.sel.StreamIdle = ts.timeout, ts.ttfb, ts.streamIdle
+		if ts.streamIdle != nil && !(n.contract.Responds && role == "decode") {
+			d := c.errf(RuleTargetPlacement, ts.ptr+"/stream_idle_timeout", "stream_idle_timeout bounds the silence between chunks of a reply relayed to the client; node type %s relays none (decode and conditional-decode do)", quote(n.typ))
+			d.Hint = "bound this node's legs with timeout or ttfb_timeout; stream_idle_timeout belongs in the rules of a decode or conditional-decode node"
 		}
 		for _, name := range ts.headerOrder {
 			hp := schema.Ptr(ts.ptr, "headers", name)
@@ -222,6 +247,14 @@ func describeTarget(k int, t *LegTarget, headers []string) string {
 	}
 	if len(headers) > 0 {
 		parts = append(parts, "headers "+strings.Join(headers, ", "))
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+	}{{"timeout", t.Timeout}, {"ttfb_timeout", t.TTFB}, {"stream_idle_timeout", t.StreamIdle}} {
+		if d.v != nil {
+			parts = append(parts, d.name+" "+d.v.String())
+		}
 	}
 	if len(parts) == 0 {
 		parts = append(parts, "defaults")

@@ -35,6 +35,10 @@ func TestShippedWorkflowsLoadAndPassTheirTests(t *testing.T) {
 			if w == nil {
 				t.Fatalf("load failed:\n%s", ds.String())
 			}
+			// A shipped workflow is an example too: no warning either.
+			if len(ds) > 0 {
+				t.Errorf("loads with warnings:\n%s", ds.String())
+			}
 			if w.TestCount() == 0 {
 				t.Errorf("%s has no tests: block pinning its paths", name)
 			}

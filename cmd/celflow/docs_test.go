@@ -10,9 +10,9 @@ import (
 	"github.com/celflow/celflow/nodes/nodetest"
 )
 
-// Every complete YAML example of docs/workflow-reference.md loads (with the
-// real node types linked into this binary, stand-ins for any missing) and
-// passes its tests: block.
+// Every complete YAML example of docs/workflow-reference.md loads without a
+// warning (with the real node types linked into this binary, stand-ins for
+// any missing) and passes its tests: block.
 func TestWorkflowReferenceExamples(t *testing.T) {
 	nodetest.RegisterStandIns()
 	doc, err := os.ReadFile("../../docs/workflow-reference.md")
@@ -30,6 +30,10 @@ func TestWorkflowReferenceExamples(t *testing.T) {
 		if w == nil {
 			t.Errorf("example %d does not load:\n%s", i+1, ds)
 			continue
+		}
+		// An example teaches: it shows no warning either.
+		if len(ds) > 0 {
+			t.Errorf("example %d (%s) loads with warnings:\n%s", i+1, w.Name(), ds)
 		}
 		if w.TestCount() == 0 {
 			t.Errorf("example %d (%s) has no tests", i+1, w.Name())

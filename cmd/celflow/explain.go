@@ -95,6 +95,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	var outs []string
 	for _, v := range variants {
 		q := p
+		q.Variant = v.Mark
 		q.Headers = p.Headers.Clone()
 		for k, vs := range v.Header {
 			q.Headers[k] = vs

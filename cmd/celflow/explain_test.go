@@ -186,6 +186,8 @@ func TestExplainAsyncModes(t *testing.T) {
 		"with x-llm-d-async-mode: passthrough:\nasync   ran        succeeded\n",
 		"with x-llm-d-async-mode: enqueue:\nasync   ran        answered the client, HTTP 202\ndecode  skipped",
 		"with x-llm-d-async-mode: wait:\nasync   ran        answered the client, HTTP 200\n",
+		// async.wait_cap: a wait whose run is still going at the cap gets 202.
+		"with x-llm-d-async-mode: wait, still running at async.wait_cap:\nasync   ran        answered the client, HTTP 202\ndecode  skipped",
 	} {
 		if !strings.Contains(out, s) {
 			t.Errorf("lacks %q:\n%s", s, out)
@@ -194,6 +196,12 @@ func TestExplainAsyncModes(t *testing.T) {
 	code, out, _ = runCmd(explainC, wf, "--request", req, "--header", "x-llm-d-async-mode: enqueue")
 	if code != 0 || strings.Contains(out, "with ") || !strings.Contains(out, "async   ran        answered the client, HTTP 202") {
 		t.Errorf("enqueue header: exit %d\n%s", code, out)
+	}
+	// A wait chosen with --header: within the cap and past it.
+	code, out, _ = runCmd(explainC, wf, "--request", req, "--header", "x-llm-d-async-mode: wait")
+	if code != 0 || !strings.Contains(out, "with x-llm-d-async-mode: wait, answered within async.wait_cap:\nasync   ran        answered the client, HTTP 200\n") ||
+		!strings.Contains(out, "with x-llm-d-async-mode: wait, still running at async.wait_cap:\nasync   ran        answered the client, HTTP 202\n") {
+		t.Errorf("wait header: exit %d\n%s", code, out)
 	}
 	code, out, _ = runCmd(explainC, wf, "--request", req, "--header", "x-llm-d-async-mode: bogus")
 	if code != 0 || !strings.Contains(out, "result: HTTP 400 invalid_request") {
@@ -213,6 +221,10 @@ func TestTestsBlockIsServePath(t *testing.T) {
   - name: wait answers the result
     request: {headers: {x-llm-d-async-mode: wait}, body: {model: m, messages: [{role: user, content: hi}]}}
     expect: {answered_by: async, status: 200}
+  - name: a wait still running at async.wait_cap answers 202
+    request: {headers: {x-llm-d-async-mode: wait}, body: {model: m, messages: [{role: user, content: hi}]}}
+    assume: {async: 202}
+    expect: {answered_by: async, skipped: [decode], status: 202}
   - name: enqueue without a model is refused
     request: {headers: {x-llm-d-async-mode: enqueue}, body: {messages: [{role: user, content: hi}]}}
     expect: {failed: [async], status: 400, code: invalid_request}

@@ -8,6 +8,7 @@ import (
 
 	celast "cel.dev/cel-go/common/ast"
 	"cel.dev/cel-go/common/operators"
+	"cel.dev/cel-go/common/overloads"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 )
@@ -60,6 +61,8 @@ func eval3(e celast.Expr, f Facts) (any, bool) {
 	case celast.IdentKind, celast.SelectKind:
 		v, ok := f[path(e)]
 		return v, ok
+	case celast.ComprehensionKind:
+		return evalComprehension(e, f)
 	case celast.CallKind:
 		c := e.AsCall()
 		args := c.Args()
@@ -92,6 +95,8 @@ func eval3(e celast.Expr, f Facts) (any, bool) {
 				return nil, false
 			}
 			return compare(c.FunctionName(), l, r)
+		case overloads.Size:
+			return evalSize(c, f)
 		case "duration":
 			// duration("1s") of a literal: the ending proof compares
 			// outcome.duration with it (edges split on how long a node took).

@@ -63,7 +63,7 @@ func build(b *engine.BuildContext, params json.RawMessage) (engine.Node, error) 
 // Contract: the node answers the queued modes itself and passes the rest
 // on, so its successors need an edge condition (see the README).
 func (n *Node) Contract() engine.Contract {
-	return engine.Contract{Responds: true, Provides: []engine.AnyKey{leg.OwnedHeaders}}
+	return engine.Contract{Responds: true, Gate: true, Provides: []engine.AnyKey{leg.OwnedHeaders}}
 }
 
 // pass is the result of a request that goes on through the workflow (no

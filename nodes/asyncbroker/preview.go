@@ -25,7 +25,7 @@ func (n *Node) Preview(ctx context.Context, x *engine.Exec) engine.Result {
 		return fail(engine.Errorf(engine.KindInvalidRequest, "model is required"))
 	}
 	status := http.StatusAccepted
-	if m == modeWait {
+	if m == modeWait && x.Run.Variant != MarkWaitCap {
 		status = http.StatusOK // held until the dispatched run's result
 	}
 	if w, ok := x.Run.Answer(); ok {
@@ -34,18 +34,27 @@ func (n *Node) Preview(ctx context.Context, x *engine.Exec) engine.Result {
 	return engine.Result{Responded: true, HTTPStatus: status}
 }
 
+// MarkWaitCap is the explain variant (engine.Variant.Mark) of a wait whose
+// run is still going at async.wait_cap: the client gets 202 and polls.
+const MarkWaitCap = "async-wait-cap"
+
 // Variants are the mode header's values (engine.Varier): explain shows one
-// path for each when the request does not choose one.
+// path for each when the request does not choose one, and a wait twice:
+// answered within async.wait_cap (the result) and past it (202).
 func (n *Node) Variants(h http.Header) []engine.Variant {
-	if first(h, n.cfg.mode, n.cfg.modeAlias) != "" {
+	name := strings.ToLower(n.cfg.mode) // as the docs spell header names
+	capped := engine.Variant{Name: name + ": wait, still running at async.wait_cap", Header: http.Header{n.cfg.mode: {"wait"}}, Mark: MarkWaitCap}
+	switch m := first(h, n.cfg.mode, n.cfg.modeAlias); {
+	case strings.EqualFold(m, "wait"):
+		return []engine.Variant{{Name: name + ": wait, answered within async.wait_cap"}, {Name: capped.Name, Mark: MarkWaitCap}}
+	case m != "":
 		return nil
 	}
-	name := strings.ToLower(n.cfg.mode) // as the docs spell header names
 	out := []engine.Variant{{Name: "no " + name + " header"}}
 	for _, v := range []string{"passthrough", "enqueue", "wait"} {
 		out = append(out, engine.Variant{Name: name + ": " + v, Header: http.Header{n.cfg.mode: {v}}})
 	}
-	return out
+	return append(out, capped)
 }
 
 var (

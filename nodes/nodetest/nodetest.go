@@ -104,6 +104,12 @@ func register() {
 		func(p params, _ *engine.BuildContext) (*node, error) {
 			return &node{kind: "respond", c: engine.Contract{Responds: true, Terminal: true, Role: "decode"}}, nil
 		})
+	// t-gate stands for the async broker: it answers queued requests and
+	// lets the others through (Contract.Gate).
+	reg("t-gate", "test: a gate that answers some requests and passes the others", "", false,
+		func(p params, _ *engine.BuildContext) (*node, error) {
+			return &node{kind: "noop", c: engine.Contract{Responds: true, Gate: true}}, nil
+		})
 	// t-mute claims to answer but never does: a broken node type, the only
 	// way left past the ending proof to the run's "no node answered" net.
 	reg("t-mute", "test: a terminal responder that succeeds without answering", "", false,

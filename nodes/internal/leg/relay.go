@@ -35,6 +35,9 @@ func Relay(x *engine.Exec, resp *http.Response, idle, writeTimeout time.Duration
 		resp.Body.Close()
 		return engine.Result{HTTPStatus: resp.StatusCode, Err: engine.Errorf(engine.KindInternal, "the client was already answered by another node")}
 	}
+	if x.Target != nil && x.Target.StreamIdle != nil { // the chosen target rule's stream_idle_timeout
+		idle = *x.Target.StreamIdle
+	}
 	n, err := upstream.RelayWith(w, resp, upstream.RelayOptions{
 		ReqID:        x.Run.Req.ID,
 		Idle:         idle,

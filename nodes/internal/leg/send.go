@@ -38,6 +38,9 @@ func NewLeg(x *engine.Exec, role upstream.Role, path string, body *jsonb.Body, t
 	}
 	if x.Target != nil {
 		l.TargetHeader, l.TargetDrop = x.Target.Header, x.Target.Drop
+		if x.Target.TTFB != nil { // the chosen target rule's ttfb_timeout
+			l.TTFB = *x.Target.TTFB
+		}
 	}
 	return l
 }
