@@ -26,6 +26,7 @@ import (
 // (kv_replay), "" for none.
 type Worker struct {
 	Pool   string
+	ID     string // how metrics and /health name it (pool[index]: never an address); Base when empty
 	Base   string
 	Events string
 	Replay string
@@ -104,6 +105,9 @@ func New(ws []Worker, o Options) (*Hub, error) {
 	pools := map[string][]string{}
 	for _, w := range ws {
 		w.Base = upstream.BaseOf(w.Base)
+		if w.ID == "" {
+			w.ID = w.Base
+		}
 		switch {
 		case o.Bind == "" && w.Events == "":
 			errs = append(errs, fmt.Errorf("%s: no kv_events endpoint and no upstream.kv_events.bind", w.Base))

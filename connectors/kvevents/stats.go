@@ -30,6 +30,7 @@ func Problem(state string) bool {
 // WorkerStats is one worker's subscription, for metrics and /health.
 type WorkerStats struct {
 	Pools           []string // the pools the worker serves in
+	ID              string   // Worker.ID: pool[index], safe to show
 	Base            string
 	State           string
 	Batches         int64 // batches applied (live and replayed)
@@ -74,11 +75,15 @@ func (h *Hub) Stats() []WorkerStats {
 			pools[b] = append(pools[b], p)
 		}
 	}
+	ids := map[string]string{}
+	for _, w := range h.workers {
+		ids[w.Base] = w.ID
+	}
 	out := make([]WorkerStats, 0, len(h.byBase))
 	for base, w := range h.byBase {
 		w.mu.RLock()
 		s := WorkerStats{
-			Pools: pools[base], Base: base, State: h.state(w, now), Blocks: w.order.Len(),
+			Pools: pools[base], ID: ids[base], Base: base, State: h.state(w, now), Blocks: w.order.Len(),
 			Lag: w.lag, LastBatch: w.lastBatch,
 		}
 		w.mu.RUnlock()
