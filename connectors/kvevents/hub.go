@@ -64,11 +64,13 @@ type Hub struct {
 	pools   map[string][]string // pool → bases
 	log     *logrus.Logger
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	once   sync.Once
-	bindTo string // the bound address once started (bind topology)
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	once    sync.Once
+	startMu sync.Mutex
+	started bool
+	bindTo  string // the bound address once started (bind topology)
 
 	stateMu sync.Mutex
 	states  map[string]string // last logged state per base
@@ -197,7 +199,14 @@ func (h *Hub) BindAddr() string { return h.bindTo }
 // Start opens the sockets: one SUB per worker dialling its publisher
 // (connect topology, each reconnecting with backoff), or the one bound SUB
 // (bind topology: an address that cannot be bound is an error).
+// Starting a started hub does nothing (a generation that lends its hub to
+// the next starts it once).
 func (h *Hub) Start() error {
+	h.startMu.Lock()
+	defer h.startMu.Unlock()
+	if h.started {
+		return nil
+	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	if h.opts.Bind != "" {
 		sub := zmq4.NewSub(h.ctx, zmq4.WithLogger(quietLog))
@@ -214,9 +223,11 @@ func (h *Hub) Start() error {
 		if a := sub.Addr(); a != nil {
 			h.bindTo = "tcp://" + a.String()
 		}
+		h.started = true
 		h.wg.Add(1)
 		go h.runBound(sub)
 	} else {
+		h.started = true
 		for _, w := range h.workers {
 			h.wg.Add(1)
 			go h.runConnect(w)
@@ -231,8 +242,12 @@ func (h *Hub) Start() error {
 // that was never started, and more than once.
 func (h *Hub) Close() {
 	h.once.Do(func() {
-		if h.cancel != nil {
-			h.cancel()
+		h.startMu.Lock()
+		h.started = true // a closed hub is never started
+		cancel := h.cancel
+		h.startMu.Unlock()
+		if cancel != nil {
+			cancel()
 		}
 		h.wg.Wait()
 	})
