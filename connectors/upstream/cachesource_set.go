@@ -77,24 +77,6 @@ func (c *Client) CacheSourceOf(pool string) CacheSource {
 	return c.impl.sources.of(p)
 }
 
-// PoolEndpoints lists the configured endpoints of the direct-mode pool
-// named pool ("" for decode), in configuration order; nil when there is no
-// such pool. A cache source uses it to match the workers it subscribes to.
-func (c *Client) PoolEndpoints(pool string) []Endpoint {
-	if pool == "" {
-		pool = string(RoleDecode)
-	}
-	p := c.impl.poolNamed(pool)
-	if p == nil {
-		return nil
-	}
-	out := make([]Endpoint, len(p.eps))
-	for i, e := range p.eps {
-		out[i] = e.ep
-	}
-	return out
-}
-
 // BaseOf is how an endpoint's URL is spelled as CacheSource's base: without
 // a trailing slash.
 func BaseOf(url string) string {
