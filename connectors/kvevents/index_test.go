@@ -122,7 +122,7 @@ func TestIndexBounded(t *testing.T) {
 	}
 }
 
-// ACCEPTANCE: issue 20's stale view: a worker whose events stopped is not
+// Issue 20's stale view: a worker whose events stopped, or that lost batches, is not
 // trusted (the caller falls back to its prediction index).
 func TestIndexTrust(t *testing.T) {
 	now := time.Unix(1000, 0)
