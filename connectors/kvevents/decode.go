@@ -49,6 +49,12 @@ type Event struct {
 	LoRAID      int64   // BlockStored: lora_id; 0 when nil
 	LoRAName    string  // BlockStored: lora_name; "" when nil or absent
 	Medium      string  // "" when nil (vLLM's GPU)
+	// Group is group_idx (HasGroup: present and not nil): the KV cache
+	// group of a hybrid model (full attention, sliding window...); SpecKind is
+	// BlockStored's kv_cache_spec_kind ("full_attention", ...), "" when absent.
+	Group    int64
+	HasGroup bool
+	SpecKind string
 	// ExtraKeys holds, per block, the strings of that block's extra_keys
 	// entry (multimodal item identifiers, the LoRA name, a cache salt), nil
 	// for a block without one; nil when the event has no extra_keys.
@@ -258,8 +264,8 @@ func kindOf(tag string) (Kind, error) {
 // declare them; trailing fields left at their defaults are omitted
 // (omit_defaults), and a later vLLM may append fields, which are skipped.
 var (
-	storedFields  = []string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys"}
-	removedFields = []string{"block_hashes", "medium"}
+	storedFields  = []string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind"}
+	removedFields = []string{"block_hashes", "medium", "group_idx"}
 )
 
 func (d *dec) event() (Event, error) {
@@ -355,7 +361,9 @@ func (d *dec) event() (Event, error) {
 		if e.BlockSize <= 0 {
 			return e, fmt.Errorf("BlockStored block_size %d", e.BlockSize)
 		}
-		if len(e.TokenIDs) != len(e.BlockHashes)*e.BlockSize {
+		// Token ids may be left out (a vLLM that re-announces a group's
+		// blocks sends none): such blocks cannot be named, and are skipped.
+		if len(e.TokenIDs) != 0 && len(e.TokenIDs) != len(e.BlockHashes)*e.BlockSize {
 			return e, fmt.Errorf("BlockStored has %d tokens for %d blocks of %d", len(e.TokenIDs), len(e.BlockHashes), e.BlockSize)
 		}
 		if e.ExtraKeys != nil && len(e.ExtraKeys) != len(e.BlockHashes) {
@@ -398,6 +406,18 @@ func (d *dec) field(e *Event, name string) error {
 		e.LoRAName, err = d.optString()
 	case "extra_keys":
 		e.ExtraKeys, err = d.extraKeys()
+	case "group_idx":
+		var c byte
+		if c, err = d.peek(); err == nil {
+			if isNil(c) {
+				err = d.d.DecodeNil()
+			} else {
+				e.Group, err = d.d.DecodeInt64()
+				e.HasGroup = err == nil
+			}
+		}
+	case "kv_cache_spec_kind":
+		e.SpecKind, err = d.optString()
 	default:
 		err = d.d.Skip()
 	}

@@ -52,7 +52,7 @@ func TestDecodeGolden(t *testing.T) {
 		}}},
 		{"map_bytes_hashes.hex", &Batch{TS: 1712345678.25, DPRank: 1, HasDP: true, Events: []Event{
 			{Kind: BlockStored, BlockHashes: []Hash{h1, h2}, Parent: p, HasParent: true, TokenIDs: []int64{1, 2, 3, 4}, BlockSize: 2,
-				LoRAID: 7, LoRAName: "sql-lora", ExtraKeys: [][]string{{"sql-lora", "img-hash-1"}, nil}},
+				LoRAID: 7, LoRAName: "sql-lora", ExtraKeys: [][]string{{"sql-lora", "img-hash-1"}, nil}, HasGroup: true},
 			{Kind: BlockRemoved, BlockHashes: []Hash{h2}, Medium: "GPU"},
 		}}},
 	}
@@ -97,6 +97,20 @@ func TestDecodeRefuses(t *testing.T) {
 				t.Fatalf("err %v, want one containing %q", err, c.want)
 			}
 		})
+	}
+}
+
+// A BlockStored without token ids (a vLLM re-announcing a group's blocks)
+// is read, not refused: refusing it would mark the worker gapped.
+func TestDecodeStoredWithoutTokens(t *testing.T) {
+	// ["BlockStored", [1, 2], nil, [], 16, nil, "GPU", nil, nil, 1, "sliding_window"]
+	b, err := Decode([]byte("\x92\xcb\x00\x00\x00\x00\x00\x00\x00\x00\x91\x9b\xabBlockStored\x92\x01\x02\xc0\x90\x10\xc0\xa3GPU\xc0\xc0\x01\xaesliding_window"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := b.Events[0]
+	if len(e.TokenIDs) != 0 || len(e.BlockHashes) != 2 || !e.HasGroup || e.Group != 1 || e.SpecKind != "sliding_window" {
+		t.Fatalf("%+v", e)
 	}
 }
 

@@ -31,6 +31,7 @@ type workerIndex struct {
 	byEngine map[Hash]*list.Element
 	order    *list.List // of *block, oldest first
 	max      int
+	kinds    map[int64]string // kv_cache_spec_kind per group_idx, as BlockStored announced it
 
 	// Trust: see trusted. Guarded by mu.
 	synced    bool      // a batch was applied since the view was last emptied by a reconnect
@@ -52,7 +53,8 @@ type block struct {
 }
 
 func newWorkerIndex(base string, max int) *workerIndex {
-	return &workerIndex{base: base, max: max, keys: map[uint64]int32{}, byEngine: map[Hash]*list.Element{}, order: list.New(), connected: true}
+	return &workerIndex{base: base, max: max, keys: map[uint64]int32{}, byEngine: map[Hash]*list.Element{}, order: list.New(), connected: true,
+		kinds: map[int64]string{}}
 }
 
 // clear forgets every block (AllBlocksCleared, a restart, a gap). w.mu is held.
@@ -108,7 +110,7 @@ func (w *workerIndex) apply(b *Batch, now time.Time) {
 			w.clear()
 			w.gapped = false
 		case BlockRemoved:
-			if !gpu(e.Medium) {
+			if !gpu(e.Medium) || !w.counts(e) {
 				continue
 			}
 			for _, h := range e.BlockHashes {
@@ -117,7 +119,10 @@ func (w *workerIndex) apply(b *Batch, now time.Time) {
 				}
 			}
 		case BlockStored:
-			if !gpu(e.Medium) {
+			if e.HasGroup && e.SpecKind != "" {
+				w.kinds[e.Group] = e.SpecKind
+			}
+			if !gpu(e.Medium) || !w.counts(e) || len(e.TokenIDs) == 0 {
 				continue
 			}
 			w.store(e)
@@ -136,6 +141,21 @@ func (w *workerIndex) apply(b *Batch, now time.Time) {
 // no medium (nil) or "GPU" for them, and "CPU" (or a connector's tier) for
 // offloaded copies, which are tracked by their own events.
 func gpu(medium string) bool { return medium == "" || medium == "GPU" }
+
+// counts says whether an event's KV cache group is the one a prefix hit
+// needs: events without group_idx (one group), a group announced as
+// full_attention, or, before any announcement, group 0. A sliding-window
+// group drops old blocks by design; its removals must not remove what the
+// full-attention group holds. w.mu is held.
+func (w *workerIndex) counts(e *Event) bool {
+	if !e.HasGroup {
+		return true
+	}
+	if k, ok := w.kinds[e.Group]; ok {
+		return k == "full_attention"
+	}
+	return e.Group == 0
+}
 
 func (w *workerIndex) store(e *Event) {
 	bs := e.BlockSize

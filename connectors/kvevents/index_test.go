@@ -61,6 +61,19 @@ func TestIndexCached(t *testing.T) {
 		}, upstream.CacheKey{Tokens: prompt, MM: []string{"img"}}, 8},
 		{"two images", []Event{{Kind: BlockStored, BlockHashes: []Hash{1, 2}, TokenIDs: prompt[:8], BlockSize: 4,
 			ExtraKeys: [][]string{{"a"}, {"a", "b"}}}}, upstream.CacheKey{Tokens: prompt, MM: []string{"a", "b"}}, 8},
+		{"a sliding-window group's removal", []Event{
+			{Kind: BlockStored, BlockHashes: []Hash{1, 2}, TokenIDs: prompt[:8], BlockSize: 4, HasGroup: true, Group: 0, SpecKind: "full_attention"},
+			{Kind: BlockStored, BlockHashes: []Hash{1, 2}, TokenIDs: prompt[:8], BlockSize: 4, HasGroup: true, Group: 1, SpecKind: "sliding_window"},
+			{Kind: BlockRemoved, BlockHashes: []Hash{1}, HasGroup: true, Group: 1},
+		}, upstream.CacheKey{Tokens: prompt}, 8},
+		{"the full-attention group's removal", []Event{
+			{Kind: BlockStored, BlockHashes: []Hash{1, 2}, TokenIDs: prompt[:8], BlockSize: 4, HasGroup: true, Group: 0, SpecKind: "full_attention"},
+			{Kind: BlockRemoved, BlockHashes: []Hash{2}, HasGroup: true, Group: 0},
+		}, upstream.CacheKey{Tokens: prompt}, 4},
+		{"an unannounced group other than 0", []Event{
+			{Kind: BlockStored, BlockHashes: []Hash{1, 2}, TokenIDs: prompt[:8], BlockSize: 4, HasGroup: true, Group: 3},
+		}, upstream.CacheKey{Tokens: prompt}, 0},
+		{"stored without token ids", []Event{{Kind: BlockStored, BlockHashes: []Hash{1, 2}, BlockSize: 4}}, upstream.CacheKey{Tokens: prompt}, 0},
 		{"text prompt, image blocks", []Event{{Kind: BlockStored, BlockHashes: []Hash{1}, TokenIDs: prompt[:4], BlockSize: 4,
 			ExtraKeys: [][]string{{"img"}}}}, upstream.CacheKey{Tokens: prompt}, 0},
 	}
