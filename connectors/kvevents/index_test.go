@@ -179,3 +179,42 @@ func TestBlockSizeChangeClears(t *testing.T) {
 		t.Fatalf("Cached = %d with %d blocks; want one block of 8", got, x.Blocks(base))
 	}
 }
+
+// Cached runs on the request path while events are applied.
+func TestIndexConcurrent(t *testing.T) {
+	x := newTestIndex(1000)
+	p := seq(0, 400)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 200; i++ {
+			x.Apply(base, &Batch{Events: []Event{stored([]Hash{Hash(i*2 + 1), Hash(i*2 + 2)}, 0, p[:8], 4)}})
+			x.Apply(base, &Batch{Events: []Event{{Kind: BlockRemoved, BlockHashes: []Hash{Hash(i*2 + 2)}}}})
+		}
+	}()
+	for i := 0; i < 2000; i++ {
+		if got, _ := x.Cached(base, upstream.CacheKey{Tokens: p}); got > 8 {
+			t.Fatalf("Cached = %d", got)
+		}
+	}
+	<-done
+}
+
+// BenchmarkCached4k: a 4096-token prompt (256 blocks of 16) fully held,
+// asked once per candidate worker on the request path.
+func BenchmarkCached4k(b *testing.B) {
+	x := NewIndex([]string{base}, false, time.Minute, 1<<16, 16)
+	p := seq(1, 4096)
+	hs := make([]Hash, 256)
+	for i := range hs {
+		hs[i] = Hash(i + 1)
+	}
+	x.Apply(base, &Batch{Events: []Event{stored(hs, 0, p, 16)}})
+	k := upstream.CacheKey{Tokens: p}
+	b.ReportAllocs()
+	for b.Loop() {
+		if got, ok := x.Cached(base, k); !ok || got != 4096 {
+			b.Fatal(got, ok)
+		}
+	}
+}
