@@ -304,7 +304,13 @@ func (h *Hub) runConnect(w Worker) {
 		wi.clear()
 		wi.connected, wi.synced, wi.gapped = true, false, false
 		wi.mu.Unlock()
-		st := &seqState{}
+		// Within one connection the sequence never goes back for a
+		// restart (that is a new connection): a batch already seen is a
+		// replayed one arriving live too.
+		st := &seqState{dups: true}
+		if w.Replay != "" {
+			h.resync(wi, w.Replay, st)
+		}
 		for {
 			msg, err := sub.Recv()
 			if err != nil {
@@ -410,6 +416,23 @@ func (h *Hub) workerOfTopic(topic string) *workerIndex {
 type seqState struct {
 	have bool
 	next int64 // the seq expected next
+	dups bool  // a seq below next is a duplicate (connect topology), not a restart
+}
+
+// resync fills a view that starts empty (a new connection) with what the
+// publisher still buffers, so that a worker is usable at once rather than
+// after its next batch (an idle worker sends none). A publisher that has
+// buffered nothing holds nothing: the empty view is complete.
+func (h *Hub) resync(wi *workerIndex, replay string, st *seqState) {
+	ok, next := h.replay(wi, replay, 0, -1, false)
+	if !ok {
+		return
+	}
+	st.have, st.next = next > 0, next
+	wi.mu.Lock()
+	wi.synced = true
+	wi.lastBatch = time.Now()
+	wi.mu.Unlock()
 }
 
 // receive checks m's seq against what came before and applies it: the
@@ -418,6 +441,8 @@ type seqState struct {
 // filled from the replay endpoint or marks the worker gapped.
 func (h *Hub) receive(wi *workerIndex, replay string, st *seqState, m Message) {
 	switch {
+	case st.have && m.Seq < st.next && st.dups:
+		return // applied already (from replay)
 	case !st.have || m.Seq < st.next:
 		if st.have {
 			// The sequence went back: the publisher restarted, and its
@@ -432,11 +457,11 @@ func (h *Hub) receive(wi *workerIndex, replay string, st *seqState, m Message) {
 			// Whatever the publisher still buffers is history this view
 			// lacks; a partial history only costs misses (the view
 			// started empty).
-			h.replay(wi, replay, 0, m.Seq, false)
+			_, _ = h.replay(wi, replay, 0, m.Seq, false)
 		}
 	case m.Seq > st.next:
 		wi.gaps.Add(1)
-		if replay == "" || !h.replay(wi, replay, st.next, m.Seq, true) {
+		if ok, _ := h.replay(wi, replay, st.next, m.Seq, true); replay == "" || !ok {
 			wi.mu.Lock()
 			if !wi.gapped {
 				h.log.WithFields(logrus.Fields{"worker": wi.base, "missed_from": st.next, "missed_to": m.Seq - 1}).
@@ -466,18 +491,22 @@ func (h *Hub) receive(wi *workerIndex, replay string, st *seqState, m Message) {
 }
 
 // replay asks the publisher's ROUTER for batches from seq from, applies
-// those before upTo in order, and reports whether [from, upTo) was covered
-// without a hole. With strict false (a view starting empty) a history that
-// begins after from is applied too.
-func (h *Hub) replay(wi *workerIndex, ep string, from, upTo int64, strict bool) bool {
+// those before upTo in order (every one when upTo is -1), and reports
+// whether [from, upTo) was covered without a hole, and the seq after the
+// last one applied. With strict false (a view starting empty) a history
+// that begins after from is applied too.
+func (h *Hub) replay(wi *workerIndex, ep string, from, upTo int64, strict bool) (bool, int64) {
+	if ep == "" {
+		return false, from
+	}
 	ctx, cancel := context.WithTimeout(h.ctx, h.opts.ReplayTimeout)
 	defer cancel()
 	d := zmq4.NewDealer(ctx, zmq4.WithLogger(quietLog), zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(h.opts.ReplayTimeout))
 	defer d.Close()
-	fail := func(err error) bool {
+	fail := func(err error) (bool, int64) {
 		wi.replayFailures.Add(1)
 		h.log.WithFields(logrus.Fields{"worker": wi.base, "kv_replay": ep, "from": from}).WithError(err).Warn("kv events: replay failed")
-		return false
+		return false, from
 	}
 	if err := d.Dial(ep); err != nil {
 		return fail(err)
@@ -505,7 +534,7 @@ func (h *Hub) replay(wi *workerIndex, ep string, from, upTo int64, strict bool) 
 		if s == -1 {
 			break // end of the buffered batches
 		}
-		if s >= upTo {
+		if upTo >= 0 && s >= upTo {
 			continue // the live stream brings these
 		}
 		if s < want {
@@ -522,7 +551,7 @@ func (h *Hub) replay(wi *workerIndex, ep string, from, upTo int64, strict bool) 
 		got = append(got, b)
 		want = s + 1
 	}
-	if want != upTo && (strict || len(got) > 0) {
+	if upTo >= 0 && want != upTo && (strict || len(got) > 0) {
 		return fail(fmt.Errorf("replay ended at seq %d, before %d", want, upTo))
 	}
 	wi.mu.Lock()
@@ -532,7 +561,7 @@ func (h *Hub) replay(wi *workerIndex, ep string, from, upTo int64, strict bool) 
 	}
 	wi.mu.Unlock()
 	wi.replayed.Add(int64(len(got)))
-	return true
+	return true, want
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

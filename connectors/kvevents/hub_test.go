@@ -209,6 +209,49 @@ func TestHubGapReplay(t *testing.T) {
 	}
 }
 
+// A new connection asks for the publisher's buffered history at once: an
+// idle worker (it publishes nothing) is usable without waiting for its next
+// batch, and the history's batches arriving live too are not applied twice.
+func TestHubConnectReplaysHistory(t *testing.T) {
+	p := newTestPub(t, true)
+	toks := seq0(12)
+	p.send(0, clearedPayload(), true)
+	p.send(1, storedPayload(t, []uint64{11, 12}, 0, toks[:8]), true)
+	p.send(2, storedPayload(t, []uint64{13}, 12, toks[8:12]), true)
+	w := Worker{Pool: "decode", Base: "http://127.0.0.1:9007", Events: p.ep, Replay: p.rp}
+	h := startHub(t, []Worker{w}, Options{BlockSize: 4})
+	waitFor(t, "the replayed history", func() bool {
+		got, ok := h.Index().Cached(w.Base, upstream.CacheKey{Tokens: toks})
+		return ok && got == 12
+	})
+	if s := stateOf(h, w.Base); s.State != StateLive || s.Replayed != 3 || s.Batches != 3 {
+		t.Fatalf("%+v", s)
+	}
+	// A batch already replayed, arriving live (it was in flight), is
+	// skipped; the next one applies.
+	waitFor(t, "the live batch", func() bool {
+		p.send(2, storedPayload(t, []uint64{13}, 12, toks[8:12]), false)
+		p.send(3, storedPayload(t, []uint64{21}, 0, seq(500, 4)), false)
+		time.Sleep(10 * time.Millisecond)
+		return h.Index().Blocks(w.Base) == 4
+	})
+	if s := stateOf(h, w.Base); s.Gaps != 0 || s.Restarts != 0 {
+		t.Fatalf("a duplicate was taken for a gap or a restart: %+v", s)
+	}
+}
+
+// An idle publisher that has buffered nothing holds nothing: with replay
+// the worker is live at once, with no batch.
+func TestHubConnectEmptyHistory(t *testing.T) {
+	p := newTestPub(t, true)
+	w := Worker{Pool: "decode", Base: "http://127.0.0.1:9008", Events: p.ep, Replay: p.rp}
+	h := startHub(t, []Worker{w}, Options{BlockSize: 4})
+	waitFor(t, "live", func() bool { return stateOf(h, w.Base).State == StateLive })
+	if got, ok := h.Index().Cached(w.Base, upstream.CacheKey{Tokens: seq0(8)}); !ok || got != 0 {
+		t.Fatalf("Cached = %d, %v", got, ok)
+	}
+}
+
 func TestHubGapWithoutReplay(t *testing.T) {
 	p := newTestPub(t, false)
 	w := Worker{Pool: "decode", Base: "http://127.0.0.1:9002", Events: p.ep}
