@@ -12,6 +12,7 @@ import (
 	"github.com/celflow/celflow/cmd/internal/server/config"
 	"github.com/celflow/celflow/cmd/internal/server/front"
 	"github.com/celflow/celflow/cmd/internal/server/metrics"
+	"github.com/celflow/celflow/connectors/kvevents"
 	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/internal/telemetry"
@@ -75,6 +76,12 @@ func prepare(path string, getenv func(string) string, o prepareOptions) (*prepar
 			}
 		}
 	}
+	var kv *kvevents.Hub
+	if up != nil {
+		var kds schema.Diagnostics
+		kv, kds = buildKV(cfg, o.reuse, o.reuse != nil && up == o.reuse.up)
+		ds = append(ds, kds...)
+	}
 	asyncOK := cfg.Clean("async")
 	if asyncOK && cfg.Async.Enabled() {
 		if _, err := redis.ParseURL(cfg.Async.RedisURL); err != nil {
@@ -124,9 +131,12 @@ func prepare(path string, getenv func(string) string, o prepareOptions) (*prepar
 		if up != nil && (o.reuse == nil || up != o.reuse.up) {
 			up.CloseIdle()
 		}
+		if kv != nil && (o.reuse == nil || kv != o.reuse.kv) {
+			kv.Close()
+		}
 		return nil, ds.Sort()
 	}
-	g := &generation{cfg: cfg, up: up, wf: wf, async: asyncbroker.BindingOf(wf), idle: make(chan struct{}, 1)}
+	g := &generation{cfg: cfg, up: up, kv: kv, wf: wf, async: asyncbroker.BindingOf(wf), idle: make(chan struct{}, 1)}
 	return &prepared{gen: g, serverTLS: srvTLS}, ds.Sort()
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/celflow/celflow/cmd/internal/server/config"
 	"github.com/celflow/celflow/cmd/internal/server/front"
 	"github.com/celflow/celflow/cmd/internal/server/metrics"
+	"github.com/celflow/celflow/connectors/kvevents"
 	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/nodes/asyncbroker"
@@ -31,6 +32,7 @@ import (
 type generation struct {
 	cfg   *config.Config
 	up    *upstream.Client
+	kv    *kvevents.Hub // the workers' KV events (kvevents.go); nil when off
 	wf    *engine.Workflow
 	async *asyncbroker.Binding // GET/DELETE /v1/requests/{id}'s header names
 
@@ -123,6 +125,9 @@ func (g *generation) close(keep *generation) {
 	}
 	if keep == nil || keep.up != g.up {
 		g.up.CloseIdle()
+	}
+	if g.kv != nil && (keep == nil || keep.kv != g.kv) {
+		g.kv.Close()
 	}
 }
 
@@ -273,9 +278,25 @@ func (r *reloader) reload() bool {
 			r.log.SetLevel(lvl)
 		}
 	}
+	old := r.cur
+	if old.kv != nil && old.kv != g.kv && g.cfg.KVEvents.Bind != "" && g.cfg.KVEvents.Bind == old.cfg.KVEvents.Bind {
+		// The new subscriber binds the address the old one holds: the old
+		// one goes first (its generation's requests fall back to the
+		// prediction index meanwhile).
+		old.kv.Close()
+	}
+	if err := g.startKV(); err != nil {
+		r.log.WithError(err).Error("config reload: kv events not started; routing uses the prediction index")
+		g.kv.Close()
+		g.kv = nil
+		_ = g.startKV()
+	} else if g.kv != old.kv {
+		kvLogStart(r.log, g)
+	}
 	r.srv.SetLive(g.live())
 	r.srv.SetModels(g.models())
-	old := r.cur
+	r.srv.SetHealthDetail(g.kvHealth)
+	r.m.WatchKVEvents(g.kv)
 	r.cur = g
 	r.m.WatchUpstream(g.up)
 	if r.onSwap != nil {

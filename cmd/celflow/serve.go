@@ -169,6 +169,13 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	tlsSt.options(&opts)
 	srv := front.New(opts)
 	srv.SetModels(g.models())
+	if err := g.startKV(); err != nil {
+		log.WithError(err).Error("kv events")
+		return 1
+	}
+	kvLogStart(log, g)
+	srv.SetHealthDetail(g.kvHealth)
+	m.WatchKVEvents(g.kv)
 	m.WatchAdmission(srv.Admission())
 	log.WithFields(g.fields()).Info("workflow loaded")
 

@@ -44,6 +44,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.KVLease, "kv-lease", 30*time.Second, "how long produced KV stays pullable")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "host:port peers reach this worker on (default: the address each request arrived at)")
 	fs.BoolVar(&cfg.Deterministic, "deterministic", false, "answer every request continuably: prompt + a prefix of its answer yields the rest (see docs/simulator.md)")
+	var kvc KVEventsConfig
+	fs.StringVar(&kvc.Endpoint, "kv-events-endpoint", "", "publish vLLM-format KV events on a PUB socket bound here (tcp://host:port, tcp://*:5557 as vLLM's default; port 0 picks one)")
+	fs.StringVar(&kvc.Connect, "kv-events-connect", "", "publish KV events on a PUB socket connecting here instead (a subscriber that binds, e.g. celflow's upstream.kv_events.bind)")
+	fs.StringVar(&kvc.Replay, "kv-events-replay-endpoint", "", "bind a ROUTER here that replays the last batches on request (vLLM's replay_endpoint)")
+	fs.StringVar(&kvc.Topic, "kv-events-topic", "", "the topic of every event message (vLLM's default is empty; llm-d uses kv@<pod>@<model>)")
+	fs.StringVar(&kvc.Encoding, "kv-events-encoding", "map", "msgpack layout of the batches: map (named fields, current vLLM) or array (array_like, earlier vLLM)")
+	fs.Uint64Var(&kvc.HashSeed, "kv-hash-seed", 0, "seed of the engine block hashes the events carry (celflow's index must not depend on it)")
 	keepAlive := fs.Duration("keep-alive", DefaultKeepAlive, "idle keep-alive of client connections (uvicorn's is 5s)")
 	tf := tlsFlags(fs)
 	var faults faultFlag
@@ -64,6 +71,16 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	w, err := NewWorker(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "celflow-sim: %v\n", err)
+		return 2
+	}
+	if kvc.Enabled() {
+		if err := w.PublishKVEvents(kvc); err != nil {
+			fmt.Fprintf(stderr, "celflow-sim: %v\n", err)
+			return 2
+		}
+		defer w.Close()
+	} else if kvc.Replay != "" {
+		fmt.Fprintln(stderr, "celflow-sim: --kv-events-replay-endpoint needs --kv-events-endpoint or --kv-events-connect")
 		return 2
 	}
 	return serveSim(ctx, "celflow-sim", *listen, w, *keepAlive, tf, stdout, stderr)

@@ -29,6 +29,15 @@ type KVCache struct {
 	bm        map[blockKey]*list.Element
 	tails     *list.List // of blockKey, most recent first
 	tm        map[blockKey]*list.Element
+	pub       *kvPublisher // nil: no KV events (kvevents.go)
+	seed      uint64       // seeds the engine hashes of the events
+}
+
+// publishTo makes the cache publish its changes as vLLM's KV events.
+func (c *KVCache) publishTo(p *kvPublisher, seed uint64) {
+	c.mu.Lock()
+	c.pub, c.seed = p, seed
+	c.mu.Unlock()
 }
 
 type blockKey struct {
@@ -160,6 +169,10 @@ func (c *KVCache) Insert(p promptInfo) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	added := 0
+	var isNew []bool // per block, for the events
+	if c.pub != nil {
+		isNew = make([]bool, len(keys))
+	}
 	for i := len(keys) - 1; i >= 0; i-- {
 		k := keys[i]
 		if e, ok := c.bm[k]; ok {
@@ -168,11 +181,21 @@ func (c *KVCache) Insert(p promptInfo) int {
 		}
 		c.bm[k] = c.blocks.PushFront(k)
 		added++
+		if isNew != nil {
+			isNew[i] = true
+		}
 	}
+	var evicted []blockKey
 	for c.blocks.Len() > c.capacity {
 		old := c.blocks.Back()
 		c.blocks.Remove(old)
 		delete(c.bm, old.Value.(blockKey))
+		if c.pub != nil {
+			evicted = append(evicted, old.Value.(blockKey))
+		}
+	}
+	if c.pub != nil && (added > 0 || len(evicted) > 0) {
+		c.pub.publish(c.events(p, keys, isNew, evicted))
 	}
 	if hasTail {
 		if e, ok := c.tm[tail]; ok {
@@ -187,6 +210,53 @@ func (c *KVCache) Insert(p promptInfo) int {
 		}
 	}
 	return added
+}
+
+// events describes one Insert as vLLM would: a BlockStored per run of
+// consecutive new blocks (its parent the block before the run), then a
+// BlockRemoved of the evicted ones. c.mu is held.
+func (c *KVCache) events(p promptInfo, keys []blockKey, isNew []bool, evicted []blockKey) []kvEvent {
+	var evs []kvEvent
+	bs := c.blockSize
+	mm := len(p.Items) > 0
+	for i := 0; i < len(keys); {
+		if !isNew[i] {
+			i++
+			continue
+		}
+		ev := kvEvent{kind: "BlockStored", bs: bs}
+		if i > 0 {
+			ev.parent = engineHash(c.seed, keys[i-1])
+		}
+		for ; i < len(keys) && isNew[i]; i++ {
+			ev.hashes = append(ev.hashes, engineHash(c.seed, keys[i]))
+			ev.tokens = append(ev.tokens, p.Tokens[i*bs:(i+1)*bs]...)
+			if mm {
+				ev.extra = append(ev.extra, itemsIn(p.Items, i*bs, (i+1)*bs))
+			}
+		}
+		evs = append(evs, ev)
+	}
+	if len(evicted) > 0 {
+		ev := kvEvent{kind: "BlockRemoved"}
+		for _, k := range evicted {
+			ev.hashes = append(ev.hashes, engineHash(c.seed, k))
+		}
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+// itemsIn is the hashes of the items overlapping tokens [from, to), as
+// vLLM's extra keys name a block's multimodal inputs; nil when none.
+func itemsIn(items []item, from, to int) []string {
+	var out []string
+	for _, it := range items {
+		if it.Offset < to && it.Offset+max(it.Length, 1) > from {
+			out = append(out, it.Hash)
+		}
+	}
+	return out
 }
 
 // entries is the number of blocks and tails held.

@@ -51,6 +51,7 @@ type Worker struct {
 	kv     *leaseStore[kvEntry]
 	ec     *leaseStore[int]
 	rooms  rooms
+	kvPub  *kvPublisher // nil: no KV events
 	// joinWait bounds how long a joining decode waits for its prefill
 	// (roomJoinWait; tests shorten it).
 	joinWait time.Duration
@@ -118,7 +119,39 @@ func NewWorker(cfg Config) (*Worker, error) {
 	w.mux.HandleFunc("GET /health", func(rw http.ResponseWriter, _ *http.Request) { rw.WriteHeader(http.StatusOK) })
 	w.mux.HandleFunc("GET /v1/models", w.models)
 	w.mux.Handle("GET /metrics", w.met.handler())
+	w.mux.HandleFunc("GET /sim/kv-events", w.serveKVEvents)
 	return w, nil
+}
+
+// PublishKVEvents starts publishing the KV cache's changes (kvevents.go).
+// Close stops it.
+func (w *Worker) PublishKVEvents(cfg KVEventsConfig) error {
+	p, err := startKVPublisher(cfg)
+	if err != nil {
+		return err
+	}
+	w.kvPub = p
+	w.cache.publishTo(p, cfg.HashSeed)
+	return nil
+}
+
+// Close stops what the worker runs beside its handler (the KV event
+// publisher).
+func (w *Worker) Close() {
+	if w.kvPub != nil {
+		w.cache.publishTo(nil, 0)
+		w.kvPub.Close()
+	}
+}
+
+// serveKVEvents says where the KV events are published (the bound
+// addresses, so a test that asked for port 0 can subscribe).
+func (w *Worker) serveKVEvents(rw http.ResponseWriter, _ *http.Request) {
+	if w.kvPub == nil {
+		writeError(rw, http.StatusNotFound, "this worker publishes no KV events")
+		return
+	}
+	writeJSON(rw, http.StatusOK, map[string]string{"endpoint": w.kvPub.endpoint, "replay": w.kvPub.replay, "topic": w.kvPub.cfg.Topic})
 }
 
 // ServeHTTP routes a request.

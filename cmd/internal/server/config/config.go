@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/celflow/celflow/connectors/kvevents"
 	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine/celenv"
 	"github.com/celflow/celflow/internal/telemetry"
@@ -45,6 +46,7 @@ type Config struct {
 	Async     Async // off unless async.redis_url is set
 	Trust     Trust
 	Admission Admission
+	KVEvents  KVEvents // upstream.kv_events and the endpoints' kv_events/kv_replay (kvevents.go)
 
 	doc     *schema.Doc
 	errs    schema.Diagnostics // what Read found (Clean)
@@ -151,6 +153,7 @@ func Defaults() Config {
 			Budget:         8,
 		},
 		Admission: Admission{QueueTimeout: DefaultQueueTimeout, RetryAfter: DefaultRetryAfter},
+		KVEvents:  KVEvents{StaleAfter: kvevents.DefaultStaleAfter, MaxBlocksPerWorker: kvevents.DefaultMaxBlocksPerWorker},
 	}
 }
 
@@ -242,6 +245,7 @@ const maxBodyMiB = (1<<63 - 1) / MiB
 // check adds what the schema cannot say clearly (after decode).
 func (c *Config) check(f *fileDoc) schema.Diagnostics {
 	ds := c.checkOps()
+	ds = append(ds, c.checkKVEvents(f)...)
 	if n := f.Server.MaxRequestBodySize; n.Set && n.V > maxBodyMiB {
 		ds = append(ds, c.doc.Diag(n.Ptr, schema.Error,
 			fmt.Sprintf("%d MiB overflows int64 bytes (at most %d)", n.V, int64(maxBodyMiB))).R(schema.RuleRange))
@@ -262,6 +266,7 @@ func (c *Config) check(f *fileDoc) schema.Diagnostics {
 func (c *Config) decode(f *fileDoc) {
 	d := Defaults()
 	c.Server, c.Upstream, c.Telemetry, c.Async, c.Admission = d.Server, d.Upstream, d.Telemetry, d.Async, d.Admission
+	c.KVEvents = d.KVEvents
 	s, sd := &c.Server, &f.Server
 	keep(&s.Listen, sd.Listen)
 	keep(&s.MaxRequestBodySize, sd.MaxRequestBodySize)
@@ -308,6 +313,7 @@ func (c *Config) decode(f *fileDoc) {
 	keep(&u.PrefixIndexSize, ud.ConditionalDecode.PrefixIndexSize)
 	u.OwnedHeaders = c.Trust.OwnedHeaders
 	c.decodeTLS(f)
+	decodeKVEvents(&c.KVEvents, ud)
 
 	t, td := &c.Telemetry, &f.Telemetry
 	keep(&t.LogLevel, td.LogLevel)

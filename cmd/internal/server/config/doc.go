@@ -73,6 +73,7 @@ type upstreamDoc struct {
 		MaxIdlePerHost schema.Val[int]           `json:"max_idle_per_host"`
 		MaxPerHost     schema.Val[int]           `json:"max_per_host"`
 	} `json:"connections"`
+	KVEvents          kvEventsDoc `json:"kv_events"`
 	ConditionalDecode struct {
 		ShortPromptTokens schema.Val[int] `json:"short_prompt_tokens"`
 		PrefixBlockTokens schema.Val[int] `json:"prefix_block_tokens"`
@@ -115,10 +116,12 @@ func (p *poolsDoc) DecodeDoc(d *schema.Doc, ptr string) {
 	}
 }
 
-// endpointDoc is one endpoint: a URL string or {url, bootstrap_port}.
+// endpointDoc is one endpoint: a URL string or {url, bootstrap_port,
+// kv_events, kv_replay}.
 type endpointDoc struct {
 	upstream.Endpoint
 	schema.Pos
+	KVEvents, KVReplay string // the worker's KV event publisher and replay endpoint (kvevents.go)
 }
 
 func (e *endpointDoc) DecodeDoc(d *schema.Doc, ptr string) {
@@ -132,9 +135,12 @@ func (e *endpointDoc) DecodeDoc(d *schema.Doc, ptr string) {
 	var o struct {
 		URL           schema.Val[string] `json:"url"`
 		BootstrapPort schema.Val[int]    `json:"bootstrap_port"`
+		KVEvents      schema.Val[string] `json:"kv_events"`
+		KVReplay      schema.Val[string] `json:"kv_replay"`
 	}
 	schema.Decode(d, ptr, &o)
 	e.URL, e.BootstrapPort = o.URL.V, o.BootstrapPort.V
+	e.KVEvents, e.KVReplay = o.KVEvents.V, o.KVReplay.V
 }
 
 type telemetryDoc struct {

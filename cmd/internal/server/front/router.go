@@ -2,6 +2,7 @@ package front
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -70,10 +71,33 @@ func cutPath(p string) string { return engine.CutUTF8(p, 256) }
 var okBody = []byte(`{"status":"ok"}`)
 
 // healthz is 200 while the process lives, draining included.
-func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	probe(w)
 	w.Header().Set("Content-Type", "application/json")
+	if f := s.health.Load(); f != nil && r.URL.Path == PathHealth {
+		if d := (*f)(); d != nil {
+			// Liveness stays 200: the detail reports parts that degrade
+			// (and fall back), not a process to restart.
+			b, err := json.Marshal(map[string]any{"status": "ok", "detail": d})
+			if err == nil {
+				_, _ = w.Write(b)
+				return
+			}
+		}
+	}
 	_, _ = w.Write(okBody)
+}
+
+// SetHealthDetail makes GET /health answer {"status":"ok","detail":f()}
+// (when f returns non-nil) instead of {"status":"ok"}; /healthz is
+// unchanged. f must be cheap and hold no client-controlled data or internal
+// address: /health is served on the client listener. nil removes it.
+func (s *Server) SetHealthDetail(f func() any) {
+	if f == nil {
+		s.health.Store(nil)
+		return
+	}
+	s.health.Store(&f)
 }
 
 // readyz is 200 once serving and 503 from the start of the shutdown.

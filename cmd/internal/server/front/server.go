@@ -23,8 +23,9 @@ type Server struct {
 	log    *logrus.Logger
 	router *mux.Router
 
-	ready    atomic.Bool // /readyz answers 200
-	draining atomic.Bool // the listener is closed: new requests get 503
+	ready    atomic.Bool                // /readyz answers 200
+	health   atomic.Pointer[func() any] // /health's detail beside "status" (SetHealthDetail); nil: none
+	draining atomic.Bool                // the listener is closed: new requests get 503
 	track    tracker
 	adm      *admission.Controller // in-flight bounds and the wait queue; always counts
 

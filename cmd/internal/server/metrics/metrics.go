@@ -54,6 +54,7 @@ type Metrics struct {
 	failures     *failureMetrics        // retries, ejections, healthy endpoints (failures.go)
 	adm          *admissionMetrics      // admission.go
 	conns        *connMetrics           // conn.go
+	kv           *kvMetrics             // kvevents.go
 }
 
 // New builds the registry with celflow's series, the Go runtime and the
@@ -100,6 +101,8 @@ func New() *Metrics {
 	m.adm = newAdmissionMetrics(f)
 	m.adm.priorityErrors = m.failures.celErrors.WithLabelValues("", "priority")
 	m.conns = newConnMetrics(f)
+	m.kv = &kvMetrics{}
+	m.reg.MustRegister(kvCollector{m.kv})
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
