@@ -133,6 +133,7 @@ func (c *compiler) search() {
 
 func (c *compiler) runSearch() {
 	s := newSearcher(c.w)
+	defer func() { c.w.searched = searchPerWorkflow - s.budget }()
 	for _, se := range c.searchExprs() {
 		f := s.first(se)
 		if f == nil {
@@ -729,3 +730,7 @@ func (p *probe) request() (http.Header, []byte, string) {
 	b, _ := json.Marshal(body)
 	return h, b, key
 }
+
+// SearchCount is how many requests the load-time search evaluated for
+// this workflow (benchmarks and tests: the bound is never near).
+func (w *Workflow) SearchCount() int { return w.searched }

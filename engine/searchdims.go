@@ -186,7 +186,7 @@ func (s *searcher) dims(se *searchExpr, r *reads) ([]dim, func() *probe) {
 		tab.headers = append(tab.headers, name)
 		tab.headerVals = append(tab.headerVals, vals)
 		dims = append(dims, dim{n: len(vals),
-			set: func(p *probe, i int) { p.hdr[d] = i },
+			set:  func(p *probe, i int) { p.hdr[d] = i },
 			desc: func(p *probe, i int) string { return headerDesc(name, vals[i]) }})
 	}
 	if r.media {

@@ -1,0 +1,44 @@
+package engine_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/celflow/celflow/engine"
+)
+
+// Expressions that test before they read never fail: the search must not
+// report them (each with a guard, an edge and a foreach around it).
+func TestSearchNoFalseFinding(t *testing.T) {
+	for _, when := range []string{
+		`size(media) > 0 && media[0].size > 10`,
+		`size(media) > 0 ? 100 / size(media) > 1 : false`,
+		`tokens.count / (size(media) + 1) > 1`,
+		`"x-n" in request.headers && request.headers["x-n"] == "1"`,
+		`request.headers[?"x-n"].orValue("") == "a"`,
+		`request.headers[?"x-n"].orValue("").matches("^[0-9]+$") && int(request.headers[?"x-n"].orValue("0")) > 2`,
+		`size(request.headers[?"x-tags"].orValue("").split(",")) > 2 && request.headers[?"x-tags"].orValue("").split(",")[2] == "a"`,
+		`request.headers[?"x-tenant"].hasValue() && request.headers[?"x-tenant"].value() == "gold"`,
+	} {
+		t.Run(when, func(t *testing.T) {
+			w, ds := engine.Load("t.yaml", []byte(head+"routes: [chat]\nnodes:\n  - {id: fetch, type: t-fetch}\n  - id: gate\n    type: t-fetch\n    needs: [fetch]\n    when: '"+when+"'\n  - {id: decode, type: t-decode, needs: [gate]}\n"), engine.LoadOptions{})
+			if w == nil || strings.Contains(ds.String(), "cel/may-fail") {
+				t.Fatalf("%s", ds)
+			}
+		})
+	}
+}
+
+// A node's edge condition is tried only where the node runs: its guard
+// proves media is there.
+func TestSearchRespectsGuard(t *testing.T) {
+	w, ds := engine.Load("t.yaml", []byte(head+`routes: [chat]
+nodes:
+  - {id: fetch, type: t-fetch}
+  - {id: probe, type: t-cond-decode, needs: [fetch], when: 'size(media) > 0'}
+  - {id: decode, type: t-decode, needs: [{node: probe, if: 'response.status == 412 && media[0].size > 1'}]}
+`), engine.LoadOptions{})
+	if w == nil || strings.Contains(ds.String(), "cel/may-fail") {
+		t.Fatalf("%s", ds)
+	}
+}
