@@ -31,6 +31,9 @@ func TestWorkflowReferenceExamples(t *testing.T) {
 			t.Errorf("example %d does not load:\n%s", i+1, ds)
 			continue
 		}
+		if len(ds) > 0 { // an example validates with no warning either
+			t.Errorf("example %d (%s) warns:\n%s", i+1, w.Name(), ds)
+		}
 		if w.TestCount() == 0 {
 			t.Errorf("example %d (%s) has no tests", i+1, w.Name())
 		}
