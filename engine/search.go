@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -53,7 +52,7 @@ const (
 )
 
 // RuleCELMayFail is the search's rule.
-const RuleCELMayFail = "cel/may-fail"
+const RuleCELMayFail = celenv.RuleMayFail
 
 // searchExpr is one expression the search evaluates, with where it is
 // evaluated at run time.
@@ -157,7 +156,7 @@ func (c *compiler) runSearch() {
 			Severity: sev, Rule: RuleCELMayFail,
 			Msg: fmt.Sprintf("this %s fails at run time (%s) for some requests, e.g. %s; %s",
 				se.what, f.err, f.req, effect),
-			Hint: mayFailHint(se.x, f.node)})
+			Hint: celenv.FixHint(se.x.Checked(), f.node)})
 	}
 }
 
@@ -183,44 +182,6 @@ func (c *compiler) reported(line, col int) bool {
 		}
 	}
 	return false
-}
-
-// mayFailHint names a fix for the sub-expression that failed.
-func mayFailHint(x *celenv.Expr, n celast.Expr) string {
-	const general = "guard the failing part (has(), [?…] with orValue, a size or presence test first), or give it a default"
-	if n == nil {
-		return general
-	}
-	a := x.Checked()
-	switch n.Kind() {
-	case celast.SelectKind:
-		return "test the key first (has(" + x.Source(n) + ")), or read it as " + x.Source(n.AsSelect().Operand()) + "[?" + strconv.Quote(n.AsSelect().FieldName()) + "].orValue(…)"
-	case celast.CallKind:
-	default:
-		return general
-	}
-	call := n.AsCall()
-	args := call.Args()
-	switch fn := call.FunctionName(); fn {
-	case operators.Divide, operators.Modulo:
-		d := x.Source(args[1])
-		return fmt.Sprintf("test the divisor first: %s != 0 && …, or %s == 0 ? 0 : %s", d, d, x.Source(n))
-	case operators.Index:
-		on, key := x.Source(args[0]), x.Source(args[1])
-		if a.GetType(args[0].ID()).Kind() == types.ListKind {
-			return fmt.Sprintf("check the size first: size(%s) > %s && …, or write %s[?%s].orValue(…)", on, key, on, key)
-		}
-		return fmt.Sprintf("write %s[?%s].orValue(…) (a default for a missing key), or test %s in %s first", on, key, key, on)
-	case "value":
-		t := x.Source(call.Target())
-		return fmt.Sprintf("write %s.orValue(…) (a default when it is empty), or test %s.hasValue() first", t, t)
-	case "int", "uint", "double", "duration", "timestamp", "bool":
-		arg := x.Source(args[0])
-		return fmt.Sprintf("convert only well-formed text: test it first (%s.matches(…) ? %s(%s) : …), and give an absent value a default that converts", arg, fn, arg)
-	case "matches":
-		return "make the pattern a valid RE2 regular expression (a literal or a var: both are checked at load)"
-	}
-	return general
 }
 
 // constOnly says whether n reads nothing but config and literals.
@@ -557,7 +518,11 @@ func (s *searcher) first(se *searchExpr) *finding {
 		found = &finding{se: se, err: shortErr(err), req: strings.Join(desc, ", "), line: line, col: col, node: node}
 		return false
 	}
-	enumerate(dims, try)
+	ns := make([]int, len(dims))
+	for d := range dims {
+		ns[d] = dims[d].n
+	}
+	celenv.Enumerate(ns, try)
 	return found
 }
 
@@ -568,63 +533,6 @@ func shortErr(err error) string {
 		return "the CEL cost limit" + s[i:]
 	}
 	return s
-}
-
-// enumerate calls try with the index of every dimension, simplest first:
-// all defaults, then each set of k dimensions off their default for
-// k = 1, 2, ..., each set in a fixed order; it stops when try says so.
-func enumerate(dims []dim, try func([]int) bool) {
-	idx := make([]int, len(dims))
-	if !try(idx) {
-		return
-	}
-	var subsets func(start, k int, chosen []int) bool
-	product := func(chosen []int) bool {
-		for _, d := range chosen {
-			idx[d] = 1
-		}
-		defer func() {
-			for _, d := range chosen {
-				idx[d] = 0
-			}
-		}()
-		for {
-			if !try(idx) {
-				return false
-			}
-			j := len(chosen) - 1
-			for ; j >= 0; j-- {
-				d := chosen[j]
-				if idx[d]+1 < dims[d].n {
-					idx[d]++
-					break
-				}
-				idx[d] = 1
-			}
-			if j < 0 {
-				return true
-			}
-		}
-	}
-	subsets = func(start, k int, chosen []int) bool {
-		if k == 0 {
-			return product(chosen)
-		}
-		for d := start; d < len(dims); d++ {
-			if dims[d].n < 2 {
-				continue
-			}
-			if !subsets(d+1, k-1, append(chosen, d)) {
-				return false
-			}
-		}
-		return true
-	}
-	for k := 1; k <= len(dims); k++ {
-		if !subsets(0, k, nil) {
-			return
-		}
-	}
 }
 
 // load fills the activation from p the way a run does; false when the

@@ -5,77 +5,21 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/celflow/celflow/engine/celenv"
 )
 
 // The search's dimensions (search.go): the values each part of a request
 // and of the run state takes, derived from what the expression reads and
 // the literals it compares with.
 
-// probeStrings are header values tried beside absent and the expression's
-// own: empty, malformed for every conversion, and one well-formed value of
-// each conversion.
-var probeStrings = []string{"", "?!", "0", "1", "-1", "1s", "2026-01-01T00:00:00Z", "true"}
-
-// intNeighbours are n-1, n and n+1 of each literal.
-func intNeighbours(ints []int64) []int64 {
-	var out []int64
-	for _, n := range ints {
-		for _, v := range []int64{n - 1, n, n + 1} {
-			if !slices.Contains(out, v) {
-				out = append(out, v)
-			}
-		}
-	}
-	return out
-}
-
 func strp(s string) *string { return &s }
 
-// headerValues are the values a header the expression reads is tried at.
+// headerValues are the values a header the expression reads is tried at
+// (celenv.ProbeValues: the priority search's too).
 func (s *searcher) headerValues(r *reads) []*string {
-	vals := []*string{nil}
-	seen := map[string]bool{}
-	add := func(v string) {
-		if !seen[v] && validHeaderValue(v) {
-			seen[v] = true
-			vals = append(vals, strp(v))
-		}
-	}
-	for _, v := range probeStrings {
-		add(v)
-	}
-	for _, v := range r.strs {
-		add(v)
-	}
-	for _, n := range intNeighbours(r.ints) {
-		add(strconv.FormatInt(n, 10))
-	}
-	for _, sep := range r.seps {
-		if sep == "" {
-			continue
-		}
-		parts := []string{"a", "b", "c", "d"}
-		for k := 1; k <= len(parts); k++ {
-			add(strings.Join(parts[:k], sep))
-		}
-	}
-	for _, v := range s.vars {
-		add(v)
-	}
-	return vals
-}
-
-// validHeaderValue: what a client can send as a header value (net/http
-// refuses control characters).
-func validHeaderValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return strings.TrimSpace(v) == v
+	return celenv.ProbeValues(r.strs, r.ints, r.seps, s.vars)
 }
 
 // mediaShape is one media list tried: n items of each listed modality.
@@ -93,7 +37,7 @@ func mediaShapes(r *reads) []mediaShape {
 		out = append(out, mediaShape{[]string{m, m, m}, "3 " + m + "s"})
 	}
 	out = append(out, mediaShape{[]string{"image", "video", "audio"}, "an image, a video and an audio item"})
-	for _, n := range intNeighbours(r.ints) {
+	for _, n := range celenv.IntNeighbours(r.ints) {
 		if n == 2 || n > 3 && n <= 8 {
 			mods := make([]string, n)
 			for i := range mods {
@@ -129,7 +73,7 @@ func (m mediaShape) items(route Route) []MediaItem {
 // tokenCounts are the prompt lengths tried (-1: unknown, no render yet).
 func tokenCounts(r *reads) []int {
 	out := []int{-1, 0, 1, kvBlock - 1, kvBlock, kvBlock + 1}
-	for _, n := range intNeighbours(r.ints) {
+	for _, n := range celenv.IntNeighbours(r.ints) {
 		if n >= 0 {
 			v := int(min(n, maxProbeTokens))
 			if !slices.Contains(out, v) {
@@ -187,7 +131,7 @@ func (s *searcher) dims(se *searchExpr, r *reads) ([]dim, func() *probe) {
 		tab.headerVals = append(tab.headerVals, vals)
 		dims = append(dims, dim{n: len(vals),
 			set:  func(p *probe, i int) { p.hdr[d] = i },
-			desc: func(p *probe, i int) string { return headerDesc(name, vals[i]) }})
+			desc: func(p *probe, i int) string { return celenv.HeaderDesc(name, vals[i]) }})
 	}
 	if r.media {
 		shapes := mediaShapes(r)
@@ -249,7 +193,7 @@ func (s *searcher) dims(se *searchExpr, r *reads) ([]dim, func() *probe) {
 		}
 		if st.http {
 			codes := []int{o.HTTPStatus}
-			for _, c := range append([]int{200, 412, 503, 500, 429, 504, 0}, int64sToInts(intNeighbours(r.ints), 100, 599)...) {
+			for _, c := range append([]int{200, 412, 503, 500, 429, 504, 0}, int64sToInts(celenv.IntNeighbours(r.ints), 100, 599)...) {
 				if !slices.Contains(codes, c) {
 					codes = append(codes, c)
 				}
@@ -273,7 +217,7 @@ func (s *searcher) dims(se *searchExpr, r *reads) ([]dim, func() *probe) {
 						o.Header.Set(canon, *vals[k])
 					}
 				},
-				desc: func(p *probe, k int) string { return who + "'s response " + headerDesc(name, vals[k]) }})
+				desc: func(p *probe, k int) string { return who + "'s response " + celenv.HeaderDesc(name, vals[k]) }})
 		}
 		if st.dur {
 			durs := []time.Duration{0, time.Millisecond, time.Second, 30 * time.Second}
@@ -296,7 +240,7 @@ func (s *searcher) dims(se *searchExpr, r *reads) ([]dim, func() *probe) {
 					atts = append(atts, a)
 				}
 			} else {
-				atts = append(atts, int64sToInts(intNeighbours(r.ints), 1, 100)...)
+				atts = append(atts, int64sToInts(celenv.IntNeighbours(r.ints), 1, 100)...)
 				slices.Sort(atts)
 				atts = slices.Compact(atts)
 			}
@@ -327,11 +271,4 @@ func int64sToInts(in []int64, lo, hi int64) []int {
 		}
 	}
 	return out
-}
-
-func headerDesc(name string, v *string) string {
-	if v == nil {
-		return name + " absent"
-	}
-	return name + ": " + strconv.Quote(*v)
 }

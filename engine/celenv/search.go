@@ -46,7 +46,14 @@ func (x *Expr) Locate(a *Activation) (line, col int, node celast.Expr, ok bool) 
 	if t.err != nil {
 		return 0, 0, nil, false
 	}
-	_, det, err := t.prog.Eval(a)
+	line, col, node, ok = locate(t.prog, x.Checked(), a)
+	return line, col, node, ok
+}
+
+// locate evaluates prog (built with state tracking) against a and finds
+// the innermost sub-expression of ast whose value is an error.
+func locate(prog cel.Program, ast *celast.AST, a interpreter.Activation) (line, col int, node celast.Expr, ok bool) {
+	_, det, err := prog.Eval(a)
 	if err == nil || det == nil {
 		return 0, 0, nil, false
 	}
@@ -55,7 +62,7 @@ func (x *Expr) Locate(a *Activation) (line, col int, node celast.Expr, ok bool) 
 		val, found := st.Value(e.ID())
 		return found && types.IsError(val)
 	}
-	root := x.Checked().Expr()
+	root := ast.Expr()
 	if !isErr(root) {
 		return 0, 0, nil, false
 	}
@@ -73,7 +80,7 @@ func (x *Expr) Locate(a *Activation) (line, col int, node celast.Expr, ok bool) 
 		}
 		n = next
 	}
-	loc := x.Checked().SourceInfo().GetStartLocation(n.ID())
+	loc := ast.SourceInfo().GetStartLocation(n.ID())
 	return loc.Line(), loc.Column(), n, true
 }
 
