@@ -156,7 +156,7 @@ func (s *searcher) dims(se *searchExpr, r *reads) ([]dim, func() *probe) {
 			},
 			desc: func(p *probe, i int) string {
 				if p.tokens < 0 {
-					return "tokens unknown (no render before)"
+					return "tokens.known false (count 0)"
 				}
 				return "tokens.count " + strconv.Itoa(p.tokens)
 			}})
