@@ -331,8 +331,10 @@ func (c *compiler) literals(e exprAt) {
 		}
 		return n.AsSelect().FieldName()
 	}
-	// check one (field, value) pair; prefix: the value is a startsWith prefix.
-	check := func(field, lit celast.Expr, prefix bool) {
+	// check one (field, value) pair; prefix: the value is a startsWith
+	// prefix; negated: an inequality (a route not served then always
+	// differs: nothing to warn about, only an unknown word).
+	check := func(field, lit celast.Expr, prefix, negated bool) {
 		s, ok := constStr(lit)
 		if !ok {
 			return
@@ -342,13 +344,13 @@ func (c *compiler) literals(e exprAt) {
 			if prefix {
 				return
 			}
-			c.routeWord(add, lit, s, "path", func(r Route) string { return r.Path() }, RuleCELPath)
+			c.routeWord(add, lit, s, "path", func(r Route) string { return r.Path() }, RuleCELPath, negated)
 			return
 		case "request.format":
 			if prefix {
 				return
 			}
-			c.routeWord(add, lit, s, "format", func(r Route) string { return r.String() }, RuleCELFormat)
+			c.routeWord(add, lit, s, "format", func(r Route) string { return r.String() }, RuleCELFormat, negated)
 			return
 		}
 		switch mediaField(field) {
@@ -385,8 +387,9 @@ func (c *compiler) literals(e exprAt) {
 		args := call.Args()
 		switch fn := call.FunctionName(); fn {
 		case operators.Equals, operators.NotEquals:
-			check(args[0], args[1], false)
-			check(args[1], args[0], false)
+			neg := fn == operators.NotEquals
+			check(args[0], args[1], false, neg)
+			check(args[1], args[0], false, neg)
 		case operators.Less, operators.LessEquals, operators.Greater, operators.GreaterEquals:
 			if !isStr(args[0]) || !isStr(args[1]) {
 				return
@@ -404,12 +407,12 @@ func (c *compiler) literals(e exprAt) {
 		case operators.In:
 			if args[1].Kind() == celast.ListKind {
 				for _, el := range args[1].AsList().Elements() {
-					check(args[0], el, false)
+					check(args[0], el, false, false)
 				}
 			}
 		case "startsWith":
 			if call.IsMemberFunction() && len(args) == 1 {
-				check(call.Target(), args[0], true)
+				check(call.Target(), args[0], true, false)
 			}
 		}
 	}
@@ -428,7 +431,7 @@ func opText(fn string, leftFirst bool) string {
 }
 
 // routeWord checks a path or format literal against the routes.
-func (c *compiler) routeWord(add func(celast.Expr, schema.Severity, string, string, string), lit celast.Expr, s, what string, word func(Route) string, rule string) {
+func (c *compiler) routeWord(add func(celast.Expr, schema.Severity, string, string, string), lit celast.Expr, s, what string, word func(Route) string, rule string, negated bool) {
 	var all, served []string
 	for _, r := range Routes {
 		all = append(all, word(r))
@@ -438,6 +441,7 @@ func (c *compiler) routeWord(add func(celast.Expr, schema.Severity, string, stri
 	}
 	switch {
 	case slices.Contains(served, s):
+	case slices.Contains(all, s) && negated:
 	case slices.Contains(all, s):
 		add(lit, schema.Warning, rule, fmt.Sprintf("%q is the %s of a route this workflow does not serve (routes: %s), so the comparison never holds", s, what, strings.Join(served, ", ")),
 			"compare with a served route's "+what+" ("+strings.Join(served, ", ")+"), or add the route to routes:")
