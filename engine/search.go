@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,8 +41,8 @@ import (
 
 // Bounds of the search.
 const (
-	searchPerExpr     = 20000
-	searchPerWorkflow = 200000
+	searchPerExpr     = 8000
+	searchPerWorkflow = 50000
 	// kvBlock is the token count around which requests are tried (a KV
 	// cache block of the usual 16 tokens: a prompt under one block never
 	// gets a predicted hit).
@@ -215,7 +216,7 @@ func constOnly(n celast.Expr) bool {
 type searcher struct {
 	w       *Workflow
 	act     *celenv.Activation
-	entered map[string]*Request
+	entered map[string]*Request // by probe.key
 	budget  int
 	ids     []int64 // shared zero token ids (counts are what CEL reads)
 	vars    []string
@@ -583,10 +584,11 @@ func (s *searcher) tokenIDs(n int) []int64 {
 // enter runs the workflow's entry for p's request part, once per distinct
 // request; nil when the entry refuses it.
 func (s *searcher) enter(p *probe) *Request {
-	h, body, key := p.request()
+	key := p.key()
 	if r, ok := s.entered[key]; ok {
 		return r
 	}
+	h, body := p.request()
 	entry := s.w.entry
 	if entry == nil {
 		entry = coreEntry
@@ -608,24 +610,43 @@ type probeReq struct {
 	modelVals  []*string
 }
 
-// request builds p's headers and body, and a key naming the request.
-func (p *probe) request() (http.Header, []byte, string) {
+// key names p's request part (route, headers, model, stream): the entry
+// runs once per distinct key.
+func (p *probe) key() string {
+	var b strings.Builder
+	b.WriteString(p.route.String())
+	for d, i := range p.hdr {
+		if v := p.tab.headerVals[d][i]; v != nil {
+			b.WriteByte(0)
+			b.WriteString(p.tab.headers[d])
+			b.WriteByte('=')
+			b.WriteString(strconv.Quote(*v))
+		}
+	}
+	if m := p.tab.modelVals[p.model]; m != nil {
+		b.WriteString("\x00model=")
+		b.WriteString(*m)
+	}
+	if p.stream {
+		b.WriteString("\x00stream")
+	}
+	return b.String()
+}
+
+// request builds p's headers and body.
+func (p *probe) request() (http.Header, []byte) {
 	h := http.Header{}
-	key := p.route.String()
 	for d, i := range p.hdr {
 		if v := p.tab.headerVals[d][i]; v != nil {
 			h.Set(p.tab.headers[d], *v)
-			key += "\x00" + p.tab.headers[d] + "=" + *v
 		}
 	}
 	body := map[string]any{}
 	if m := p.tab.modelVals[p.model]; m != nil {
 		body["model"] = *m
-		key += "\x00model=" + *m
 	}
 	if p.stream {
 		body["stream"] = true
-		key += "\x00stream"
 	}
 	switch p.route {
 	case RouteChat:
@@ -636,9 +657,5 @@ func (p *probe) request() (http.Header, []byte, string) {
 		body["token_ids"] = []int{1}
 	}
 	b, _ := json.Marshal(body)
-	return h, b, key
+	return h, b
 }
-
-// SearchCount is how many requests the load-time search evaluated for
-// this workflow (benchmarks and tests: the bound is never near).
-func (w *Workflow) SearchCount() int { return w.searched }

@@ -25,7 +25,7 @@ func TestSearchShippedClean(t *testing.T) {
 			t.Fatalf("%s:\n%s", name, ds)
 		}
 		n := w.SearchCount()
-		if n > 20000 {
+		if n > 8000 {
 			t.Errorf("%s: %d requests searched", name, n)
 		}
 		t.Logf("%s: %d requests searched", name, n)
