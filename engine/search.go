@@ -659,3 +659,7 @@ func (p *probe) request() (http.Header, []byte) {
 	b, _ := json.Marshal(body)
 	return h, b
 }
+
+// SearchCount is how many requests the load-time search evaluated for
+// this workflow (benchmarks and tests: the bound is never near).
+func (w *Workflow) SearchCount() int { return w.searched }
