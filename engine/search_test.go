@@ -42,3 +42,15 @@ nodes:
 		t.Fatalf("%s", ds)
 	}
 }
+// An edge out of a responder is evaluated only when it did not answer
+// (a failure): the 200 of a hit is never seen there.
+func TestSearchResponderEdge(t *testing.T) {
+	w, ds := engine.Load("t.yaml", []byte(head+`routes: [chat]
+nodes:
+  - {id: probe, type: t-cond-decode}
+  - {id: decode, type: t-decode, needs: [{node: probe, if: 'response.status != 200 || 1 / 0 == 1'}]}
+`), engine.LoadOptions{})
+	if w == nil || strings.Contains(ds.String(), "cel/may-fail") {
+		t.Fatalf("%s", ds)
+	}
+}

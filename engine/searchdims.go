@@ -177,6 +177,14 @@ func (s *searcher) dims(se *searchExpr, r *reads) ([]dim, func() *probe) {
 		case se.what == "retry rule" && i == se.about:
 			o.Status, o.HTTPStatus = StatusFailed, 503
 			statuses = []Status{StatusFailed, StatusTimedOut}
+		case i == se.about && s.w.nodes[i].contract.Responds:
+			// A responder that succeeds has answered: the run ends and no
+			// edge out of it is evaluated; its failures are (a 412 miss).
+			o.Status, o.HTTPStatus = StatusFailed, 503
+			if slices.Contains(s.w.nodes[i].contract.Statuses, 412) {
+				o.HTTPStatus = 412
+			}
+			statuses = []Status{StatusFailed, StatusTimedOut}
 		case i == se.about:
 			statuses = []Status{StatusSucceeded, StatusFailed, StatusTimedOut}
 		}
@@ -199,7 +207,24 @@ func (s *searcher) dims(se *searchExpr, r *reads) ([]dim, func() *probe) {
 				}
 			}
 			dims = append(dims, dim{n: len(codes),
-				set:  func(p *probe, k int) { p.states[i].HTTPStatus = codes[k] },
+				set: func(p *probe, k int) {
+					o := p.states[i]
+					o.HTTPStatus = codes[k]
+					// A node that succeeded got a 2xx (or made no call), one
+					// that failed or timed out did not, one that did not run
+					// has none: other pairs are no run's.
+					ok2xx := o.HTTPStatus >= 200 && o.HTTPStatus < 300
+					switch o.Status {
+					case StatusSucceeded, StatusFailed, StatusTimedOut:
+						if o.HTTPStatus != 0 && ok2xx != (o.Status == StatusSucceeded) {
+							p.skip = true
+						}
+					default:
+						if o.HTTPStatus != 0 {
+							p.skip = true
+						}
+					}
+				},
 				desc: func(p *probe, k int) string { return fmt.Sprintf("%s answered HTTP %d", who, codes[k]) }})
 		}
 		for _, name := range st.headers {
