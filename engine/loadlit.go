@@ -144,9 +144,10 @@ func (c *compiler) checkVars() {
 			for _, k := range kinds {
 				parts = append(parts, k+" at "+strings.Join(quoteAll(byKind[k]), ", "))
 			}
+			hint := "write every value in one type: 4096, not \"4096\""
 			c.ds = append(c.ds, c.doc.Diag(ptr, schema.Error,
 				"var "+name+" mixes types ("+strings.Join(parts, "; ")+"): a comparison or arithmetic on a value of the other type fails at run time").
-				R(RuleVarMixed).H("write every value in one type: 4096, not \"4096\""))
+				R(RuleVarMixed).H(hint))
 		}
 	}
 	for _, n := range names {
@@ -168,7 +169,7 @@ func escapePtr(s string) string {
 
 // jsonKind names a decoded JSON value's type as CEL reads it.
 func jsonKind(v any) string {
-	switch x := v.(type) {
+	switch v.(type) {
 	case string:
 		return "string"
 	case bool:
@@ -178,10 +179,11 @@ func jsonKind(v any) string {
 	case map[string]any:
 		return "map"
 	default:
-		if s := fmt.Sprint(x); !strings.ContainsAny(s, ".eE") {
-			return "int"
-		}
-		return "double"
+		// Ints and doubles are one kind here: YAML's 1.0 is an int var
+		// (an integral number), so {a: 0.5, b: 1} cannot be written
+		// otherwise; arithmetic that mixes them is the search's and the
+		// var-use check's to find.
+		return "number"
 	}
 }
 
