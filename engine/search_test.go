@@ -42,6 +42,7 @@ nodes:
 		t.Fatalf("%s", ds)
 	}
 }
+
 // An edge out of a responder is evaluated only when it did not answer
 // (a failure): the 200 of a hit is never seen there.
 func TestSearchResponderEdge(t *testing.T) {
