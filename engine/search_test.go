@@ -55,3 +55,19 @@ nodes:
 		t.Fatalf("%s", ds)
 	}
 }
+
+// A request id the entry draws is fixed in the search's report, so the
+// same file gives the same text on every load.
+func TestSearchDeterministicID(t *testing.T) {
+	doc := []byte(head + `routes: [chat]
+vars: {m: {a: 1}}
+nodes:
+  - {id: gate, type: t-fetch, when: 'config.m[request.id] > 0'}
+  - {id: decode, type: t-decode, needs: [gate]}
+`)
+	_, a := engine.Load("t.yaml", doc, engine.LoadOptions{})
+	_, b := engine.Load("t.yaml", doc, engine.LoadOptions{})
+	if !strings.Contains(a.String(), "no such key: 00000000-0000-4000-8000-000000000000") || a.String() != b.String() {
+		t.Fatalf("%s\n%s", a, b)
+	}
+}

@@ -36,9 +36,10 @@ type PriorityFinding struct {
 // a few headers).
 const prioritySearchBound = 20000
 
-// probeID is request.id when the client sends no valid x-request-id (the
-// front draws a UUID: its shape, fixed, so the search is deterministic).
-const probeID = "00000000-0000-4000-8000-000000000000"
+// ProbeID is the searches' request.id when the client sends no valid
+// x-request-id (the front draws a UUID: one of its shape, fixed, so a
+// search reports the same on every load).
+const ProbeID = "00000000-0000-4000-8000-000000000000"
 
 // Counterexample returns the first request, in a fixed order (simplest
 // first), whose priority evaluation fails; nil when none does.
@@ -121,7 +122,7 @@ func (p *Priority) Counterexample() *PriorityFinding {
 			}
 			desc = append(desc, HeaderDesc(name, v))
 		}
-		id := probeID
+		id := ProbeID
 		if v := h.Get("X-Request-Id"); v != "" {
 			id = v
 		}
