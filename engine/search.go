@@ -133,8 +133,9 @@ func (c *compiler) search() {
 
 func (c *compiler) runSearch() {
 	s := newSearcher(c.w)
+	c.w.searchList = c.searchExprs()
 	defer func() { c.w.searched = searchPerWorkflow - s.budget }()
-	for _, se := range c.searchExprs() {
+	for _, se := range c.w.searchList {
 		f := s.first(se)
 		if f == nil {
 			continue
@@ -670,3 +671,17 @@ func (p *probe) request() (http.Header, []byte) {
 // SearchCount is how many requests the load-time search evaluated for
 // this workflow (benchmarks and tests: the bound is never near).
 func (w *Workflow) SearchCount() int { return w.searched }
+
+// Search runs the load-time search again over the loaded workflow's
+// expressions and returns how many requests it evaluated and how many
+// expressions failed for one (BenchmarkCounterexampleSearch times it
+// apart from the rest of a load).
+func (w *Workflow) Search() (requests, failing int) {
+	s := newSearcher(w)
+	for _, se := range w.searchList {
+		if s.first(se) != nil {
+			failing++
+		}
+	}
+	return searchPerWorkflow - s.budget, failing
+}

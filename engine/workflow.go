@@ -29,6 +29,7 @@ type Workflow struct {
 	entry Entry      // explain's and tests' entry (LoadOptions.Entry)
 
 	searched   int              // requests the load-time search evaluated (search.go)
+	searchList []*searchExpr    // what it searched, for Search
 	onCELError string           // defaults.on_cel_error: "safe" or "fail" (celerror.go)
 	celLog     *celenv.ErrorLog // the rate limit of its CEL error log, shared with explain's copy
 
