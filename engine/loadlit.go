@@ -187,22 +187,39 @@ func jsonKind(v any) string {
 	}
 }
 
-// constUses evaluates at load every part of e that reads only vars and
-// literals (a conversion, a lookup, an index), and the regex of every
-// matches() whose pattern is a var; a failure is reported at the var.
+// constUses evaluates at load the parts of e that read only vars and
+// literals (a conversion, a lookup, an index: the largest such part, so a
+// guard inside it, has(config.m.k) && config.m.k > 1, still guards), and
+// the regex of every matches() whose pattern is a var; a failure is
+// reported at the var, at the innermost part that fails on its own.
 func (c *compiler) constUses(e exprAt) {
 	x := e.x
-	failed := map[int64]bool{}
+	evalErr := func(n celast.Expr) error {
+		_, err := c.w.env.EvalConst(x.Source(n))
+		return err
+	}
+	evaluable := func(n celast.Expr) bool {
+		return constOnly(n) && !isConfigField(n) && (n.Kind() == celast.CallKind || n.Kind() == celast.SelectKind)
+	}
+	// innermost: n fails; report the deepest failing part under it.
+	var innermost func(n celast.Expr) (celast.Expr, error)
+	innermost = func(n celast.Expr) (celast.Expr, error) {
+		err := evalErr(n)
+		for _, ch := range celenv.Children(n) {
+			if evaluable(ch) && evalErr(ch) != nil {
+				return innermost(ch)
+			}
+		}
+		return n, err
+	}
 	var walk func(n celast.Expr)
 	walk = func(n celast.Expr) {
-		for _, ch := range celenv.Children(n) {
-			walk(ch)
-		}
-		for _, ch := range celenv.Children(n) {
-			if failed[ch.ID()] {
-				failed[n.ID()] = true
-				return
+		if evaluable(n) {
+			if evalErr(n) != nil {
+				m, err := innermost(n)
+				c.varUse(e, m, "fails: "+err.Error(), varHint(m))
 			}
+			return
 		}
 		if n.Kind() == celast.CallKind && n.AsCall().FunctionName() == "matches" {
 			call := n.AsCall()
@@ -211,23 +228,14 @@ func (c *compiler) constUses(e exprAt) {
 				if v, err := c.w.env.EvalConst(x.Source(pat)); err == nil {
 					if s, ok := v.(types.String); ok {
 						if _, rerr := regexp.Compile(string(s)); rerr != nil {
-							failed[n.ID()] = true
 							c.varUse(e, pat, fmt.Sprintf("is not a valid regular expression (%v)", rerr), "write a valid RE2 regular expression")
 						}
 					}
 				}
 			}
-			return
 		}
-		if !constOnly(n) || n.Kind() == celast.IdentKind || isConfigField(n) {
-			return
-		}
-		if n.Kind() != celast.CallKind && n.Kind() != celast.SelectKind {
-			return
-		}
-		if _, err := c.w.env.EvalConst(x.Source(n)); err != nil {
-			failed[n.ID()] = true
-			c.varUse(e, n, "fails: "+err.Error(), varHint(n))
+		for _, ch := range celenv.Children(n) {
+			walk(ch)
 		}
 	}
 	walk(x.Checked().Expr())

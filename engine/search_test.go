@@ -71,3 +71,23 @@ nodes:
 		t.Fatalf("%s\n%s", a, b)
 	}
 }
+
+// A var lookup the expression guards itself is no finding; an unguarded
+// one is (vars/invalid-use).
+func TestVarUseGuarded(t *testing.T) {
+	for _, tc := range []struct {
+		when string
+		bad  bool
+	}{
+		{`has(config.m.k) && config.m.k > 1`, false},
+		{`"k" in config.m && config.m["k"] > 1`, false},
+		{`config.m[?"k"].orValue(0) > 1`, false},
+		{`config.m.k > 1`, true},
+		{`config.m["k"] > 1 || request.format == "chat"`, true},
+	} {
+		_, ds := engine.Load("t.yaml", []byte(head+"routes: [chat]\nvars: {m: {a: 1}}\nnodes:\n  - {id: gate, type: t-fetch, when: '"+tc.when+"'}\n  - {id: decode, type: t-decode, needs: [gate]}\n"), engine.LoadOptions{})
+		if got := strings.Contains(ds.String(), "vars/invalid-use"); got != tc.bad {
+			t.Errorf("%s: %s", tc.when, ds)
+		}
+	}
+}
