@@ -91,3 +91,21 @@ func TestVarUseGuarded(t *testing.T) {
 		}
 	}
 }
+
+// More failures the search finds with no rule of their own: a regex from
+// the request, a modulo, an index computed from a header, an optional's
+// value of a list element.
+func TestSearchFinds(t *testing.T) {
+	for _, tc := range []struct{ when, want string }{
+		{`request.model.matches(request.headers[?"x-re"].orValue(".*"))`, `error parsing regexp`},
+		{`tokens.count % size(media) == 1`, `modulus by zero`},
+		{`request.headers[?"x-i"].orValue("0").matches("^-?[0-9]$") && ["a", "b"][int(request.headers[?"x-i"].orValue("0"))] == "a"`, `x-i: "-1"`},
+		{`media[?0].value().size > 1`, `optional.none() dereference`},
+		{`request.headers[?"x-tags"].orValue("a,b").split(",")[1] == "b"`, `x-tags: ""`},
+	} {
+		_, ds := engine.Load("t.yaml", []byte(head+"routes: [chat]\nnodes:\n  - {id: fetch, type: t-fetch}\n  - {id: gate, type: t-fetch, needs: [fetch], when: '"+tc.when+"'}\n  - {id: decode, type: t-decode, needs: [gate]}\n"), engine.LoadOptions{})
+		if s := ds.String(); !strings.Contains(s, "cel/may-fail") || !strings.Contains(s, tc.want) {
+			t.Errorf("%s: %s", tc.when, s)
+		}
+	}
+}
