@@ -43,7 +43,11 @@ func TestCELErrorPolicy(t *testing.T) {
 	for _, tc := range tests {
 		for _, policy := range []string{"", "safe", "fail"} {
 			t.Run(tc.kind+"/"+policy, func(t *testing.T) {
-				doc := "nodes:" + tc.body + "\n"
+				// The expression fails for every request on purpose: the
+				// load-time search's finding is accepted (allow:).
+				at := map[string]string{"guard": "nodes[0].when", "edge": "nodes[1].needs[0].if",
+					"target": "nodes[0].target[0].if", "retry": "nodes[0].retry.if"}[tc.kind]
+				doc := "allow: [{rule: cel/may-fail, at: '" + at + "'}]\nnodes:" + tc.body + "\n"
 				if policy != "" {
 					doc = "defaults: {on_cel_error: " + policy + "}\n" + doc
 				}
@@ -107,6 +111,9 @@ func TestCELErrorPolicyValue(t *testing.T) {
 // explain runs the policy on the serve path and says what it did.
 func TestCELErrorExplain(t *testing.T) {
 	const doc = `
+allow:
+  - {rule: cel/may-fail, at: "nodes[0].when", why: the run-time policy is what this test shows}
+  - {rule: cel/may-fail, at: "nodes[2].needs[0].if"}
 nodes:
   - {id: gate, type: t-noop, when: 'int(request.model) > 3'}
   - {id: probe, type: t-cond-decode, needs: [gate]}

@@ -150,6 +150,8 @@ type compiler struct {
 	specs    []nodeSpec // one per node entry, parallel to w.nodes
 	// needSpecIdx[i][k] is the spec index of node i's k-th resolved need.
 	needSpecIdx [][]int
+	allow       []allowDoc // accepted findings (loadlit.go)
+	allowUsed   []bool
 }
 
 func compile(doc *schema.Doc, opts LoadOptions, hash string) (*Workflow, schema.Diagnostics) {
@@ -167,6 +169,8 @@ func compile(doc *schema.Doc, opts LoadOptions, hash string) (*Workflow, schema.
 	c.nodes(wd.Nodes)
 	c.cel()
 	c.graph()
+	c.allow = wd.Allow
+	c.search() // search.go: expressions that fail for some request
 	c.tests(wd.Tests)
 	return c.w, c.ds
 }

@@ -25,6 +25,16 @@ type workflowDoc struct {
 	Vars           schema.Map[schema.Val[any]] `json:"vars"`
 	Nodes          []nodeDoc                   `json:"nodes"`
 	Tests          []testDoc                   `json:"tests"`
+	Allow          []allowDoc                  `json:"allow"`
+}
+
+// allowDoc is one entry of `allow:` (loadlit.go): a finding accepted by
+// rule and path.
+type allowDoc struct {
+	schema.Pos
+	Rule schema.Val[string] `json:"rule"`
+	At   schema.Val[string] `json:"at"`
+	Why  schema.Val[string] `json:"why"`
 }
 
 type metadataDoc struct {

@@ -147,8 +147,7 @@ func (w *Workflow) newRun(r *Run) *run {
 	rs.out = make([]Outcome, len(w.nodes))
 	rs.act.Media = r
 	if req := r.Req; req != nil {
-		rs.act.Request = celenv.Request{ID: req.ID, Format: req.Route.String(), Path: req.Route.Path(),
-			Model: req.Model, Stream: req.Stream, Header: req.Header}
+		rs.act.Request = celRequest(req)
 		if int(req.Route) < len(hotNode{}.guard) {
 			rs.route = int(req.Route)
 		}
@@ -165,8 +164,23 @@ func (w *Workflow) newRun(r *Run) *run {
 }
 
 func (rs *run) refreshTokens() {
-	t := &rs.r.State.Tokens
-	rs.act.Tokens = celenv.Tokens{Known: t.Known, Count: int64(len(t.IDs))}
+	rs.act.Tokens = celTokens(&rs.r.State.Tokens)
+}
+
+// celRequest, celTokens and celState are how a run's data reads in CEL:
+// serve's activation and the load-time search (search.go) share them.
+func celRequest(req *Request) celenv.Request {
+	return celenv.Request{ID: req.ID, Format: req.Route.String(), Path: req.Route.Path(),
+		Model: req.Model, Stream: req.Stream, Header: req.Header}
+}
+
+func celTokens(t *Tokens) celenv.Tokens {
+	return celenv.Tokens{Known: t.Known, Count: int64(len(t.IDs))}
+}
+
+func celState(s *celenv.NodeState, o *Outcome) {
+	s.Status, s.Reason, s.Duration, s.Attempt, s.Outputs = o.Status.String(), o.Reason, o.Duration, int64(o.Attempt), o.Outputs
+	s.Response.Set(o.HTTPStatus, o.Header)
 }
 
 // CELMedia implements celenv.MediaSource over the run's items.
@@ -391,10 +405,7 @@ func (rs *run) settle(i int, st Status, reason string) {
 
 // syncState copies a node's outcome into the CEL view (nodes.<id>, outcome).
 func (rs *run) syncState(i int) {
-	o := &rs.out[i]
-	s := &rs.act.Nodes.States[i]
-	s.Status, s.Reason, s.Duration, s.Attempt, s.Outputs = o.Status.String(), o.Reason, o.Duration, int64(o.Attempt), o.Outputs
-	s.Response.Set(o.HTTPStatus, o.Header)
+	celState(&rs.act.Nodes.States[i], &rs.out[i])
 }
 
 // propagate fires or blocks each edge leaving a decided node. A skipped

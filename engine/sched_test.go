@@ -269,6 +269,7 @@ func TestGuardRuntimeError(t *testing.T) {
 	w := load(t, `
 defaults: {on_cel_error: fail}
 vars: {m: {a: x}}
+allow: [{rule: vars/invalid-use, at: vars.m, why: the run-time error is what this test shows}]
 nodes:
   - {id: gate, type: t-noop, when: 'config.m["missing"] == "x"'}
   - {id: decode, type: t-decode, needs: [gate]}
@@ -473,6 +474,7 @@ func TestStaticGuards(t *testing.T) {
 	w := load(t, `
 defaults: {on_cel_error: fail}
 vars: {m: {a: x}}
+allow: [{rule: vars/invalid-use, at: vars.m, why: the run-time error is what this test shows}]
 nodes:
   - {id: lit, type: t-noop, when: "true"}
   - {id: chat, type: t-noop, needs: [lit], when: 'request.format == "chat"'}
@@ -611,6 +613,7 @@ nodes:
 func TestEdgeConditionErrorKeepsCELFromClient(t *testing.T) {
 	w := load(t, `
 defaults: {on_cel_error: fail}
+allow: [{rule: cel/may-fail, at: "nodes[1].needs[0].if"}]
 nodes:
   - {id: probe, type: t-cond-decode, params: {status: 412}}
   - {id: decode, type: t-decode, needs: [{node: probe, if: 'response.status == 412 && int(request.model + "x") > 1'}]}

@@ -28,6 +28,8 @@ type Workflow struct {
 	pool  *sync.Pool // of *scratch
 	entry Entry      // explain's and tests' entry (LoadOptions.Entry)
 
+	searched   int              // requests the load-time search evaluated (search.go)
+	searchList []*searchExpr    // what it searched, for Search
 	onCELError string           // defaults.on_cel_error: "safe" or "fail" (celerror.go)
 	celLog     *celenv.ErrorLog // the rate limit of its CEL error log, shared with explain's copy
 

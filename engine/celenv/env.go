@@ -323,7 +323,7 @@ func (e *Env) Compile(src string, kind Kind) (*Expr, []Issue) {
 	if err != nil {
 		return nil, []Issue{{Line: 1, Col: 0, Msg: err.Error(), Rule: "internal/error"}}
 	}
-	x := &Expr{Src: src, Kind: kind, prog: prg, StatusCompares: cmps, CostMax: est.Max, CostLimited: limited}
+	x := &Expr{Src: src, Kind: kind, prog: prg, StatusCompares: cmps, CostMax: est.Max, CostLimited: limited, env: env, ast: ast, track: &tracked{}}
 	x.analyze(ast, e.nodeIndex)
 	return x, nil
 }

@@ -35,6 +35,12 @@ type Expr struct {
 	CostLimited bool
 
 	root celast.Expr
+	// env and ast are kept for the load-time search (search.go): it
+	// evaluates the expression again with state tracking to point at the
+	// sub-expression that failed, and reads the checked types.
+	env   *cel.Env
+	ast   *cel.Ast
+	track *tracked
 }
 
 // Read is one `nodes.<id>` reference inside an expression.

@@ -53,6 +53,9 @@ type Priority struct {
 	// Log rate-limits the log of its run-time errors (one config
 	// generation's, like the expression).
 	Log *ErrorLog
+
+	env *cel.Env // for the load-time search (priosearch.go)
+	ast *cel.Ast
 }
 
 // CompilePriority parses, type-checks (the result must be an int) and
@@ -85,7 +88,7 @@ func CompilePriority(src string) (*Priority, []Issue) {
 	if err != nil {
 		return nil, []Issue{{Line: 1, Col: 0, Msg: err.Error()}}
 	}
-	return &Priority{Src: src, prog: prg, Log: &ErrorLog{}}, nil
+	return &Priority{Src: src, prog: prg, Log: &ErrorLog{}, env: env, ast: ast}, nil
 }
 
 // bodyReads refuses request fields that come from the body.

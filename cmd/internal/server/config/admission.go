@@ -53,6 +53,18 @@ func (c *Config) checkAdmission(f *fileDoc) schema.Diagnostics {
 				Path: d.Path(ad.Priority.Ptr), Msg: is.Msg, Severity: schema.Error, Rule: schema.RuleAdmission})
 		}
 		c.prio = p
+		if p != nil {
+			// The load-time search (engine/celenv/priosearch.go): a priority
+			// that fails for some request admits it at priority 0, counted
+			// and logged; say which request at load.
+			if f := p.Counterexample(); f != nil {
+				line, col := d.ScalarPos(ad.Priority.Ptr, f.Line, f.Col)
+				ds = append(ds, schema.Diagnostic{File: d.File, Line: line, Col: col, Path: d.Path(ad.Priority.Ptr),
+					Severity: schema.Warning, Rule: celenv.RuleMayFail, Hint: f.Hint,
+					Msg: "this priority fails at run time (" + f.Err + ") for some requests, e.g. " + f.Request +
+						"; such a request waits with priority 0 (celflow_cel_errors_total{expr=\"priority\"})"})
+			}
+		}
 	}
 	a := c.Admission // decoded
 	if !a.Enabled() {

@@ -85,3 +85,20 @@ func TestAdmissionInvalid(t *testing.T) {
 		})
 	}
 }
+
+// A priority that fails for some request is a warning naming the request
+// (the load-time search); one that tests before it reads is not.
+func TestAdmissionPriorityMayFail(t *testing.T) {
+	c, diags := load(t, "workflow: w.yaml\nadmission:\n  max_in_flight: 1\n  priority: 'request.headers[\"x-tier\"] == \"gold\" ? 10 : 0'\n", nil)
+	if c == nil || strings.Count(strings.TrimSpace(diags), "\n") != 0 {
+		t.Fatalf("%s", diags)
+	}
+	if s := diags; !strings.Contains(s, "serve.yaml:4:29: admission.priority: warning: this priority fails at run time (no such key: x-tier) for some requests, e.g. POST /v1/chat/completions, x-tier absent") ||
+		!strings.Contains(s, "[cel/may-fail]") {
+		t.Fatalf("%s", s)
+	}
+	c, diags = load(t, "workflow: w.yaml\nadmission:\n  max_in_flight: 1\n  priority: '\"x-tier\" in request.headers && request.headers[\"x-tier\"] == \"gold\" ? 10 : 0'\n", nil)
+	if c == nil || len(diags) != 0 {
+		t.Fatalf("%s", diags)
+	}
+}

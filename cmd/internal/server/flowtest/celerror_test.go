@@ -150,7 +150,12 @@ func TestCELErrorPolicyThroughFront(t *testing.T) {
 	for _, tc := range tests {
 		for _, policy := range []string{"safe", "fail"} {
 			t.Run(tc.kind+"/"+policy, func(t *testing.T) {
-				s := startCELServer(t, tc.kind+".yaml", head+"defaults: {on_cel_error: "+policy+"}\nnodes:"+tc.nodes+"\n", nil)
+				// The expression fails on purpose: the load-time search's
+				// finding (cel/may-fail) is accepted with allow:.
+				at := map[string]string{"guard": "nodes[0].when", "edge": "nodes[1].needs[0].if",
+					"target": "nodes[0].target[0].if", "retry": "nodes[0].retry.if"}[tc.kind]
+				allow := "allow: [{rule: cel/may-fail, at: '" + at + "'}]\n"
+				s := startCELServer(t, tc.kind+".yaml", head+allow+"defaults: {on_cel_error: "+policy+"}\nnodes:"+tc.nodes+"\n", nil)
 				const n = 3
 				for i := range n {
 					status, reply := s.post(t, body, "X-Request-Id", fmt.Sprintf("req-%s-%d", tc.kind, i))
