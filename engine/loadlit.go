@@ -312,7 +312,17 @@ func (c *compiler) literals(e exprAt) {
 		loc := a.SourceInfo().GetStartLocation(n.ID())
 		return c.doc.ScalarPos(e.ptr, loc.Line(), loc.Column())
 	}
+	// A whole expression already reported as never holding (cel/never-holds,
+	// graph/edge-never-fires) says more than a warning about one of its
+	// route words; the error for a word no route has still shows.
+	path := c.doc.Path(e.ptr)
+	covered := slices.ContainsFunc(c.ds, func(d schema.Diagnostic) bool {
+		return d.Path == path && (d.Rule == "cel/never-holds" || d.Rule == "graph/edge-never-fires")
+	})
 	add := func(n celast.Expr, sev schema.Severity, rule, msg, hint string) {
+		if covered && sev == schema.Warning && (rule == RuleCELPath || rule == RuleCELFormat) {
+			return
+		}
 		line, col := at(n)
 		c.ds = append(c.ds, schema.Diagnostic{File: c.doc.File, Line: line, Col: col, Path: c.doc.Path(e.ptr),
 			Severity: sev, Rule: rule, Msg: msg, Hint: hint})
