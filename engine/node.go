@@ -278,6 +278,12 @@ type BuildContext struct {
 	// WriteTimeout is the server's write_timeout for non-streaming replies
 	// (docs/protocol.md, Timeouts): relaying nodes apply it from the moment they start writing.
 	WriteTimeout time.Duration
+	// RetryAttempts is the node's attempts when the workflow gives it a
+	// retry policy (its own retry: block or defaults.retry; 1 when the block
+	// sets no attempts), 0 when it gives none: a node type may then apply a
+	// default of its own (decode's re-sends before the first byte), which a
+	// policy in the workflow replaces.
+	RetryAttempts int
 }
 
 // Services are named services a build may use (BuildContext.Services).
@@ -333,6 +339,10 @@ type Defaults struct {
 type ParamError struct {
 	Path string
 	Msg  string
+	// Rule is the diagnostic's rule id; "" for node/params. A node type
+	// uses its own only for a check the rule table defines
+	// (loadrules.go), with its fix line.
+	Rule string
 }
 
 func (e *ParamError) Error() string { return e.Path + ": " + e.Msg }
