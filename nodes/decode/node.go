@@ -155,11 +155,45 @@ func checkFallback(up *upstream.Client, name string) error {
 	}
 	msg := "no pool named " + strconv.Quote(name) + " in upstream.pools"
 	names := up.PoolNames()
+	if s := closest(name, names); s != "" {
+		msg += " (did you mean " + strconv.Quote(s) + "?)"
+	}
 	if len(names) > 0 {
 		msg += "; pools: " + strings.Join(names, ", ")
 	}
 	return &engine.ParamError{Path: "/fallback/pool", Rule: engine.RuleDecodeFallback,
 		Msg: msg + " (a decode leg that fails before its first byte would have nowhere to fall back to)"}
+}
+
+// closest is the name within edit distance 2 of s (the nearest), "" for none.
+func closest(s string, names []string) string {
+	best, bestD := "", 3
+	for _, n := range names {
+		if d := editDistance(s, n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // fallbackFor is the fallback pool of one attempt: with a retry policy,
