@@ -392,3 +392,38 @@ func TestShutdownDecodeWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Issue 18, decode fallback: when decode's own pool fails before the first
+// byte on every endpoint (one worker answers 503, the other is dead), the
+// leg goes to the fallback pool with the same KV hand-off; the client sees
+// 200 and no prefill is stranded.
+func TestDecodeFallbackPool(t *testing.T) {
+	p0 := startSim(t, "--roles", "prefill", "--name", "p0")
+	busy := startSim(t, "--roles", "decode", "--name", "busy", "--fault", "decode:status=503")
+	spare := startSim(t, "--roles", "decode", "--name", "spare")
+	up, err := upstream.New(upstream.Config{Mode: "direct", FailureThreshold: 1 << 20, Pools: map[upstream.Role][]upstream.Endpoint{
+		upstream.RolePrefill: {{URL: p0}},
+		upstream.RoleDecode:  {{URL: busy}, {URL: deadURL(t)}},
+		"decode-spare":       {{URL: spare}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := serveWorkflow(t, deadPodPD+"    params: {fallback: {pool: decode-spare}}\n", up)
+	const n = 10
+	for i := range n {
+		if code, body := chat(t, base, fmt.Sprintf("fallback-%d", i), fmt.Sprintf("fallback prompt %d", i), i%2 == 0); code != 200 {
+			t.Fatalf("request %d: %d %.300s", i, code, body)
+		}
+	}
+	left, prefills, decodes := stranded(t, p0, busy, spare)
+	recs, _ := simRecords(t, busy, 0)
+	t.Logf("%d requests, %d legs met the 503 worker, %d decodes answered by the fallback pool, %d stranded", n, len(recs), decodes, left)
+	if left != 0 || prefills != n || decodes != n {
+		t.Fatalf("stranded %d, prefills %d, decodes %d", left, prefills, decodes)
+	}
+	spareRecs, _ := simRecords(t, spare, 0)
+	if len(spareRecs) != n || len(recs) != n {
+		t.Fatalf("spare took %d legs, the busy worker %d; want %d each", len(spareRecs), len(recs), n)
+	}
+}
