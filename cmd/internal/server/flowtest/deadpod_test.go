@@ -17,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/celflow/celflow/cmd/internal/server/front"
+	"github.com/celflow/celflow/cmd/internal/sim"
 	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
 	_ "github.com/celflow/celflow/nodes/all"
@@ -425,5 +426,51 @@ func TestDecodeFallbackPool(t *testing.T) {
 	spareRecs, _ := simRecords(t, spare, 0)
 	if len(spareRecs) != n || len(recs) != n {
 		t.Fatalf("spare took %d legs, the busy worker %d; want %d each", len(spareRecs), len(recs), n)
+	}
+}
+
+// The same fallback through a gateway: the sim gateway's decode pool holds
+// only a dead pod, and the InferencePool "decode-spare", which its
+// HTTPRoute selects by X-Celflow-Pool, a live one. celflow asks the gateway
+// three times, then once more with X-Celflow-Pool: decode-spare.
+func TestDecodeFallbackPoolGateway(t *testing.T) {
+	p0 := startSim(t, "--roles", "prefill", "--name", "p0")
+	spare := startSim(t, "--roles", "decode", "--name", "spare")
+	g, err := sim.NewGateway(sim.GatewayConfig{Prefill: []string{p0}, Decode: []string{deadURL(t)},
+		Pools: map[string][]string{"decode-spare": {spare}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := httptest.NewServer(g)
+	t.Cleanup(gs.Close)
+	up, err := upstream.New(upstream.Config{Mode: "gateway", Gateway: gs.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := serveWorkflow(t, deadPodPD+"    params: {fallback: {pool: decode-spare}}\n", up)
+	const n = 8
+	for i := range n {
+		if code, body := chat(t, base, fmt.Sprintf("fallback-gw-%d", i), fmt.Sprintf("fallback gateway prompt %d", i), i%2 == 1); code != 200 {
+			t.Fatalf("request %d: %d %.300s", i, code, body)
+		}
+	}
+	left, prefills, decodes := stranded(t, p0, spare)
+	dead, spared := 0, 0
+	for _, r := range g.Records().Since(0).Records {
+		if legKind(r) != "decode" {
+			continue
+		}
+		switch r.Headers.Get(upstream.PoolHeader) {
+		case "":
+			if r.Status == http.StatusBadGateway {
+				dead++
+			}
+		case "decode-spare":
+			spared++
+		}
+	}
+	t.Logf("%d requests, %d decodes met the dead pod, %d went to decode-spare, %d stranded", n, dead, spared, left)
+	if left != 0 || prefills != n || decodes != n || dead != 3*n || spared != n {
+		t.Fatalf("stranded %d, prefills %d, decodes %d, dead-pod legs %d, spare legs %d", left, prefills, decodes, dead, spared)
 	}
 }
