@@ -180,18 +180,16 @@ func (e *ParamError) rule() string {
 	return RuleParams
 }
 
-// retryAttempts is BuildContext.RetryAttempts: the attempts of the node's
-// retry block over defaults.retry's, 0 when neither is given.
+// retryAttempts is BuildContext.RetryAttempts: the attempts the node's
+// retry block sets, else those defaults.retry sets, 0 when neither sets
+// attempts (a block of backoff alone says nothing about how many).
 func retryAttempts(own, defs *retryDoc) int {
-	if own == nil && defs == nil {
-		return 0
-	}
 	for _, rd := range []*retryDoc{own, defs} {
 		if rd != nil && rd.Attempts.Set {
 			return max(rd.Attempts.V, 1)
 		}
 	}
-	return 1
+	return 0
 }
 
 // nodeSchema registers (once) and returns the schema id of a type's params.

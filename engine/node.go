@@ -278,11 +278,11 @@ type BuildContext struct {
 	// WriteTimeout is the server's write_timeout for non-streaming replies
 	// (docs/protocol.md, Timeouts): relaying nodes apply it from the moment they start writing.
 	WriteTimeout time.Duration
-	// RetryAttempts is the node's attempts when the workflow gives it a
-	// retry policy (its own retry: block or defaults.retry; 1 when the block
-	// sets no attempts), 0 when it gives none: a node type may then apply a
-	// default of its own (decode's re-sends before the first byte), which a
-	// policy in the workflow replaces.
+	// RetryAttempts is the node's attempts when the workflow sets them
+	// (retry.attempts of its own retry: block, else of defaults.retry), 0
+	// when it does not: a node type may then apply a default of its own
+	// (decode's re-sends before the first byte), which attempts set in the
+	// workflow replace.
 	RetryAttempts int
 }
 

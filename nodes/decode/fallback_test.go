@@ -38,11 +38,12 @@ func TestDecodeReroutesByDefault(t *testing.T) {
 		{"retry block wins", "    retry: {attempts: 2, backoff: 1ms}\n", 2},
 		{"defaults.retry wins", "DEFAULTS", 1},
 		{"turned off", "    retry: {attempts: 1}\n", 1},
+		{"a block without attempts keeps the default", "    retry: {backoff: 1ms}\n", 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			yaml := pdRetry + tc.retry
 			if tc.retry == "DEFAULTS" {
-				yaml = strings.Replace(pdRetry, "defaults: {kv_connector: kv-nixl}", "defaults: {kv_connector: kv-nixl, retry: {backoff: 1ms}}", 1)
+				yaml = strings.Replace(pdRetry, "defaults: {kv_connector: kv-nixl}", "defaults: {kv_connector: kv-nixl, retry: {attempts: 1}}", 1)
 			}
 			rep, _, g := serve(t, yaml, map[string]func(http.ResponseWriter){
 				"prefill": answer(200, "application/json", prefillOK),

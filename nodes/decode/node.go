@@ -52,7 +52,8 @@ type fallback struct {
 // again) when the workflow gives the node no retry policy. The KV a prefill
 // staged for it is still waiting on the prefill worker, so a decode that
 // never reached a worker would otherwise strand it until its lease runs
-// out. A retry: block (the node's or defaults.retry) replaces this default.
+// out. retry.attempts in the workflow (the node's block, else
+// defaults.retry) replaces this default.
 const DefaultReroutes = 2
 
 // Decode is a built decode node; immutable and safe for concurrent use.
@@ -64,8 +65,8 @@ type Decode struct {
 	sglang       bool // kv-sglang: bootstrap fields instead of kv_transfer_params
 	port         int  // kv-sglang bootstrap port
 	// reroutes is leg.Call.Reroute: DefaultReroutes unless the workflow
-	// gives the node a retry policy (attempts > 0) or the hand-off is
-	// kv-sglang's (the prefill waits for one decode by bootstrap room).
+	// sets the node's retry attempts or the hand-off is kv-sglang's (the
+	// prefill waits for one decode by bootstrap room).
 	reroutes int
 	attempts int    // engine.BuildContext.RetryAttempts
 	fallback string // the fallback pool, "" for none
