@@ -24,7 +24,7 @@ type failureMetrics struct {
 
 var (
 	descHealthy = prometheus.NewDesc(Namespace+"_endpoints_healthy",
-		"Direct-mode endpoints currently in rotation (not ejected), by pool.", []string{"pool"}, nil)
+		"Direct-mode endpoints currently in rotation (neither ejected nor draining), by pool.", []string{"pool"}, nil)
 	descDraining = prometheus.NewDesc(Namespace+"_endpoints_draining",
 		"Direct-mode endpoints that said they are draining (a 503 with Retry-After or Connection: close) and take no new legs, by pool.", []string{"pool"}, nil)
 	descEndpoints = prometheus.NewDesc(Namespace+"_endpoints",
