@@ -129,7 +129,23 @@ func (w *Workflow) Explain(ctx context.Context, p Probe, assume map[string]Assum
 	run.State.BodyObj = in.Obj
 	run.State.Tokens = in.Tokens
 	run.State.Media = in.Media
-	return sw.Serve(run), nil
+	rep := sw.Serve(run)
+	for k := range rep.Outcomes {
+		if i := w.index(rep.Outcomes[k].Node); i >= 0 {
+			if nt, ok := w.nodes[i].node.(Noter); ok {
+				rep.Outcomes[k].Note = nt.ExplainNote()
+			}
+		}
+	}
+	return rep, nil
+}
+
+// Noter is a node type whose legs do something explain should say beside
+// the node's line, the same for every request (decode: how often a leg
+// that failed before its first byte is sent again, and its fallback
+// pool): a short phrase, "" for nothing.
+type Noter interface {
+	ExplainNote() string
 }
 
 // Refused is a request serve answers at entry, before any node runs
@@ -429,6 +445,9 @@ func explainLine(o Outcome) string {
 	}
 	for _, ce := range o.CELErrors {
 		parts = append(parts, "CEL error in "+ce.Expr+" ("+ce.Error+"): "+ce.Effect())
+	}
+	if o.Note != "" && (o.Status == StatusSucceeded || o.Status == StatusFailed || o.Status == StatusTimedOut) {
+		parts = append(parts, o.Note)
 	}
 	return strings.Join(parts, "; ")
 }

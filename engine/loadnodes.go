@@ -125,9 +125,10 @@ func (c *compiler) build(n *cnode, sp *nodeSpec, nd *nodeDoc) {
 	}
 	raw, _ := json.Marshal(params)
 	bctx := &BuildContext{
-		Services:     c.opts.Services,
-		Defaults:     Defaults{KVConnector: c.defs.kv, ECConnector: c.defs.ec, TokensIn: c.defs.tokensIn},
-		WriteTimeout: c.opts.WriteTimeout,
+		Services:      c.opts.Services,
+		Defaults:      Defaults{KVConnector: c.defs.kv, ECConnector: c.defs.ec, TokensIn: c.defs.tokensIn},
+		WriteTimeout:  c.opts.WriteTimeout,
+		RetryAttempts: retryAttempts(nd.Retry, c.defs.retry),
 		Warn: func(path, msg string) {
 			c.ds = append(c.ds, c.doc.Diag(paramsPtr+path, schema.Warning, msg).R(RuleParams))
 		},
@@ -163,13 +164,32 @@ func (c *compiler) paramErrors(paramsPtr string, err error) {
 	switch {
 	case errors.As(err, &pes):
 		for _, e := range pes {
-			c.errf(RuleParams, paramsPtr+e.Path, "%s", e.Msg)
+			c.errf(e.rule(), paramsPtr+e.Path, "%s", e.Msg)
 		}
 	case errors.As(err, &pe):
-		c.errf(RuleParams, paramsPtr+pe.Path, "%s", pe.Msg)
+		c.errf(pe.rule(), paramsPtr+pe.Path, "%s", pe.Msg)
 	default:
 		c.errf(RuleParams, paramsPtr, "%v", err)
 	}
+}
+
+func (e *ParamError) rule() string {
+	if e.Rule != "" {
+		return e.Rule
+	}
+	return RuleParams
+}
+
+// retryAttempts is BuildContext.RetryAttempts: the attempts the node's
+// retry block sets, else those defaults.retry sets, 0 when neither sets
+// attempts (a block of backoff alone says nothing about how many).
+func retryAttempts(own, defs *retryDoc) int {
+	for _, rd := range []*retryDoc{own, defs} {
+		if rd != nil && rd.Attempts.Set {
+			return max(rd.Attempts.V, 1)
+		}
+	}
+	return 0
 }
 
 // nodeSchema registers (once) and returns the schema id of a type's params.

@@ -52,6 +52,9 @@ const (
 	RuleTargetOrder      = "target/rule-order"
 	RuleTargetHeader     = "target/header"
 	RuleTargetPool       = "target/unknown-pool"
+	// RuleDecodeFallback is decode's fallback pool (nodes/decode): one
+	// upstream.pools does not define, or the pool the node already uses.
+	RuleDecodeFallback = "decode/fallback-pool"
 )
 
 func init() {
@@ -99,6 +102,7 @@ func init() {
 		schema.Rule{ID: RuleTargetHeader, Summary: "a target rule header with capitals, or one celflow must set itself (framing, hop-by-hop, x-request-id, trace context, x-celflow-pool)", Fix: "write header names in lower case; set the pool with pool:"},
 		schema.Rule{ID: RuleTargetPool, Summary: "a target rule's pool that upstream.pools does not define (checked when the serve config is known)", Fix: "add upstream.pools.<name> to the serve config, or fix the name (see the did-you-mean hint)"},
 		schema.Rule{ID: RuleTestFailed, Summary: "a tests: entry whose request does not take the pinned path", Fix: "fix the workflow or the expectation, using celflow explain"},
+		schema.Rule{ID: RuleDecodeFallback, Summary: "a decode fallback pool that upstream.pools does not define (checked when the serve config is known), or the decode role's own pool", Fix: "add upstream.pools.<name> to the serve config, fix the name (see the did-you-mean hint), or name another pool than decode's own"},
 	)
 }
 

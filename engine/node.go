@@ -288,6 +288,12 @@ type BuildContext struct {
 	// WriteTimeout is the server's write_timeout for non-streaming replies
 	// (docs/protocol.md, Timeouts): relaying nodes apply it from the moment they start writing.
 	WriteTimeout time.Duration
+	// RetryAttempts is the node's attempts when the workflow sets them
+	// (retry.attempts of its own retry: block, else of defaults.retry), 0
+	// when it does not: a node type may then apply a default of its own
+	// (decode's re-sends before the first byte), which attempts set in the
+	// workflow replace.
+	RetryAttempts int
 }
 
 // Services are named services a build may use (BuildContext.Services).
@@ -343,6 +349,10 @@ type Defaults struct {
 type ParamError struct {
 	Path string
 	Msg  string
+	// Rule is the diagnostic's rule id; "" for node/params. A node type
+	// uses its own only for a check the rule table defines
+	// (loadrules.go), with its fix line.
+	Rule string
 }
 
 func (e *ParamError) Error() string { return e.Path + ": " + e.Msg }

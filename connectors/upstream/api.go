@@ -105,12 +105,16 @@ type Target struct {
 	Host     string    // the endpoint's host (no port), for SGLang bootstrap_host
 	done     func(failed bool)
 	ep       *endpoint // the picked endpoint, nil for the gateway
+	epoch    uint32    // ep's drain epoch when picked (health.go)
 }
 
 // Done releases the target: in-flight accounting and passive health
 // (failed: transport failure or 5xx).
 func (t *Target) Done(failed bool) {
 	if t.done != nil {
+		if !failed && t.ep != nil {
+			t.ep.answered(t.epoch)
+		}
 		t.done(failed)
 		t.done = nil
 	}

@@ -57,7 +57,7 @@ func TestHealthEventsAndCounts(t *testing.T) {
 	fail()
 	fail() // threshold: prefill-0 ejected
 	fail() // prefill-0 is out: the pick falls back to prefill-1... excluded, so prefill-1 fails once
-	if h := c.Health(); len(h) != 2 || h[0] != (PoolHealth{RolePrefill, 2, 1}) || h[1] != (PoolHealth{RoleDecode, 2, 2}) {
+	if h := c.Health(); len(h) != 2 || h[0] != (PoolHealth{RolePrefill, 2, 1, 0}) || h[1] != (PoolHealth{RoleDecode, 2, 2, 0}) {
 		t.Fatalf("health %+v", h)
 	}
 	if len(evs) != 1 || !evs[0].Ejected || evs[0].Role != RolePrefill || evs[0].Endpoint != "http://prefill-0:8000/" ||

@@ -26,6 +26,11 @@ type endpoint struct {
 	inflight     atomic.Int64
 	failures     atomic.Int32 // consecutive failures since the last success or ejection
 	ejectedUntil atomic.Int64 // unix ns; 0 or past = healthy
+	// Draining (health.go): the endpoint asked for no new legs until
+	// drainUntil (unix ns; 0 or past = not draining). drainEpoch counts drain
+	// signals, so a leg picked after the latest one can end the drain.
+	drainUntil atomic.Int64
+	drainEpoch atomic.Uint32
 
 	prefix *prefixIndex // decode pools only
 }
@@ -127,12 +132,13 @@ func (p *pool) scan(ok func(*endpoint) bool) *endpoint {
 
 func (p *pool) take(e *endpoint) *Target {
 	e.inflight.Add(1)
-	return &Target{Base: e.base, Endpoint: &e.ep, Host: e.host, ep: e, done: e.release}
+	return &Target{Base: e.base, Endpoint: &e.ep, Host: e.host, ep: e, done: e.release, epoch: e.drainEpoch.Load()}
 }
 
+// healthy: in rotation, neither ejected nor draining (health.go).
 func (e *endpoint) healthy(now int64) bool {
 	u := e.ejectedUntil.Load()
-	return u == 0 || now >= u
+	return (u == 0 || now >= u) && !e.draining(now)
 }
 
 func (e *endpoint) excluded(exclude []string) bool {
@@ -172,7 +178,7 @@ func (p *pool) eject(e *endpoint) {
 	defer p.mu.Unlock()
 	now := p.now().UnixNano()
 	p.sweep(now) // an expired ejection is re-admitted before a new one counts
-	if !e.healthy(now) {
+	if u := e.ejectedUntil.Load(); u != 0 && now < u {
 		return
 	}
 	for _, o := range p.eps {

@@ -120,6 +120,7 @@ func (n *Decode) send(ctx context.Context, x *engine.Exec, in *bodyIn, s *leg.SG
 	}
 	ready := handoff.KV.Value(x.Run).ReadyAt
 	resp, t, e := leg.Call{Role: upstream.RoleDecode, Path: x.Run.Req.Route.Path(), Body: body, TTFB: n.ttfb,
+		Reroute: n.reroutes, Fallback: n.fallbackFor(x), // before the first byte (node.go)
 		Prepare: func(l *upstream.Leg) {
 			l.Relay = true
 			// Hand-over time (docs/benchmarks.md, Hand-over): from prefill's

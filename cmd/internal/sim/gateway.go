@@ -27,7 +27,15 @@ type GatewayConfig struct {
 	RecordBodyLimit int // default 1 MiB
 	// UpstreamTLS verifies https:// members (nil: the system roots).
 	UpstreamTLS *tls.Config
+	// Pools are InferencePools beyond the roles', by name: a request whose
+	// X-Celflow-Pool header names one goes to its members (an HTTPRoute
+	// header match), picked as its EPP-Profile's pool would be; a name not
+	// listed is 503. In-process only (no flag).
+	Pools map[string][]string
 }
+
+// poolHeader is celflow's pool header (upstream.PoolHeader).
+const poolHeader = "X-Celflow-Pool"
 
 // Gateway routes by EPP-Profile to round-robin pool members through a
 // streaming-safe reverse proxy that strips nothing but hop-by-hop headers.
@@ -39,6 +47,7 @@ type GatewayConfig struct {
 type Gateway struct {
 	cfg   GatewayConfig
 	pools map[Role]*pool
+	named map[string]*pool // GatewayConfig.Pools
 	def   *url.URL
 	rec   *Recorder
 	proxy *httputil.ReverseProxy
@@ -91,6 +100,20 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 			p.members = append(p.members, &member{url: u, prefix: NewPrefixCache(cfg.PrefixCacheSize)})
 		}
 		g.pools[role] = p
+	}
+	for name, urls := range cfg.Pools {
+		p := &pool{}
+		for _, s := range urls {
+			u, err := parseBase(s)
+			if err != nil {
+				return nil, fmt.Errorf("pool %s member: %v", name, err)
+			}
+			p.members = append(p.members, &member{url: u, prefix: NewPrefixCache(cfg.PrefixCacheSize)})
+		}
+		if g.named == nil {
+			g.named = map[string]*pool{}
+		}
+		g.named[name] = p
 	}
 	if cfg.Default != "" {
 		u, err := parseBase(cfg.Default)
@@ -188,6 +211,11 @@ func (g *Gateway) pick(r *http.Request, body []byte) (route, int, string) {
 	p, ok := g.pools[role]
 	if !ok {
 		return route{}, http.StatusBadRequest, fmt.Sprintf("gateway: unknown EPP-Profile %q", profile)
+	}
+	if name := r.Header.Get(poolHeader); name != "" {
+		if p = g.named[name]; p == nil {
+			return route{role: role}, http.StatusServiceUnavailable, "gateway: no InferencePool " + name
+		}
 	}
 	if len(p.members) == 0 {
 		return route{role: role}, http.StatusServiceUnavailable, "gateway: no endpoints for profile " + profile

@@ -156,3 +156,42 @@ func TestGatewayUpstreamDown(t *testing.T) {
 		t.Error("a non-http member was accepted")
 	}
 }
+
+// GatewayConfig.Pools: a leg naming an InferencePool in X-Celflow-Pool goes
+// to that pool's members (an HTTPRoute header match); an unknown name is 503.
+func TestGatewayNamedPools(t *testing.T) {
+	_, d := startWorker(t, Config{Name: "d", Roles: []Role{RoleDecode}})
+	_, spare := startWorker(t, Config{Name: "spare", Roles: []Role{RoleDecode}})
+	gw, err := NewGateway(GatewayConfig{Decode: []string{d.URL}, Pools: map[string][]string{"decode-spare": {spare.URL}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := httptest.NewServer(gw)
+	t.Cleanup(gs.Close)
+	body := `{"prompt":"pool me","max_tokens":1}`
+	for _, tc := range []struct {
+		pool   string
+		status int
+		to     string
+	}{
+		{"", 200, d.URL},
+		{"decode-spare", 200, spare.URL},
+		{"nope", 503, ""},
+	} {
+		hs := []string{"EPP-Profile: decode"}
+		if tc.pool != "" {
+			hs = append(hs, "X-Celflow-Pool: "+tc.pool)
+		}
+		status, _, b := post(t, gs.URL+"/v1/completions", body, hs...)
+		if status != tc.status {
+			t.Fatalf("pool %q: %d %s", tc.pool, status, b)
+		}
+		recs := gw.Records().Since(0).Records
+		if last := recs[len(recs)-1]; last.Upstream != tc.to {
+			t.Fatalf("pool %q went to %q, want %q", tc.pool, last.Upstream, tc.to)
+		}
+	}
+	if _, err := NewGateway(GatewayConfig{Pools: map[string][]string{"x": {"ftp://nope"}}}); err == nil {
+		t.Fatal("a bad pool member was accepted")
+	}
+}

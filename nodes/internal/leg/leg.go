@@ -69,12 +69,19 @@ func Do(ctx context.Context, x *engine.Exec, c *upstream.Client, base string, l 
 // of the pool (PickFor). The rule's headers are shared by every request, so
 // they are copied, never modified.
 func stampPool(x *engine.Exec, c *upstream.Client, l *upstream.Leg) {
-	p := pool(x)
+	stampPoolName(pool(x), c, l)
+}
+
+// stampPoolName is stampPool for a pool named by the caller (Call's
+// fallback pool). A leg that already carries a pool keeps it: it was
+// stamped for this leg (a resend, or the fallback pool); target rules
+// cannot set the header themselves.
+func stampPoolName(p string, c *upstream.Client, l *upstream.Leg) {
 	if p == "" || c.Direct() {
 		return
 	}
-	if v := l.TargetHeader[upstream.PoolHeader]; len(v) == 1 && v[0] == p {
-		return // a resend of this leg
+	if _, ok := l.TargetHeader[upstream.PoolHeader]; ok {
+		return
 	}
 	h := make(http.Header, len(l.TargetHeader)+1)
 	for k, v := range l.TargetHeader {

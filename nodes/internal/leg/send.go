@@ -120,6 +120,18 @@ func PickFor(x *engine.Exec, c *upstream.Client, role upstream.Role) (*upstream.
 	return t, e
 }
 
+// noteTried adds a re-send's endpoint to the node's tried list, so a later
+// attempt of the node (its retry: block) avoids it too.
+func noteTried(x *engine.Exec, url string) {
+	if x == nil || x.Run == nil {
+		return
+	}
+	tr := triedKey.GetOrMakeIn(x.Run, x.NodeID+"/"+strconv.Itoa(x.Index), func() *tried { return &tried{} })
+	tr.mu.Lock()
+	tr.urls = append(tr.urls, url)
+	tr.mu.Unlock()
+}
+
 // Attrs are the span attributes of one leg sent to t.
 func Attrs(t *upstream.Target, l *upstream.Leg) map[string]any {
 	a := map[string]any{

@@ -18,12 +18,15 @@ type failureMetrics struct {
 	celErrors    *prometheus.CounterVec // node, expr
 	ejections    *prometheus.CounterVec // pool
 	readmissions *prometheus.CounterVec // pool
+	drains       *prometheus.CounterVec // pool
 	up           atomic.Pointer[upstream.Client]
 }
 
 var (
 	descHealthy = prometheus.NewDesc(Namespace+"_endpoints_healthy",
-		"Direct-mode endpoints currently in rotation (not ejected), by pool.", []string{"pool"}, nil)
+		"Direct-mode endpoints currently in rotation (neither ejected nor draining), by pool.", []string{"pool"}, nil)
+	descDraining = prometheus.NewDesc(Namespace+"_endpoints_draining",
+		"Direct-mode endpoints that said they are draining (a 503 with Retry-After or Connection: close) and take no new legs, by pool.", []string{"pool"}, nil)
 	descEndpoints = prometheus.NewDesc(Namespace+"_endpoints",
 		"Direct-mode endpoints configured, by pool.", []string{"pool"}, nil)
 )
@@ -43,9 +46,12 @@ func newFailureMetrics(f factory) *failureMetrics {
 		"Direct-mode endpoints taken out of rotation by passive health, by pool.", "pool")
 	fm.readmissions = f.counterVec("endpoint_readmissions_total",
 		"Direct-mode endpoints back in rotation after an ejection expired, by pool.", "pool")
+	fm.drains = f.counterVec("endpoint_drains_total",
+		"Drain signals from direct-mode endpoints (a 503 with Retry-After or Connection: close), by pool; not failures.", "pool")
 	for _, r := range []upstream.Role{upstream.RoleEncode, upstream.RolePrefill, upstream.RoleDecode} {
 		fm.ejections.WithLabelValues(string(r))
 		fm.readmissions.WithLabelValues(string(r))
+		fm.drains.WithLabelValues(string(r))
 	}
 	f.reg.MustRegister(healthCollector{fm})
 	return fm
@@ -56,6 +62,7 @@ type healthCollector struct{ fm *failureMetrics }
 
 func (c healthCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descHealthy
+	ch <- descDraining
 	ch <- descEndpoints
 }
 
@@ -66,6 +73,7 @@ func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, p := range up.Health() {
 		ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, float64(p.Healthy), string(p.Role))
+		ch <- prometheus.MustNewConstMetric(descDraining, prometheus.GaugeValue, float64(p.Draining), string(p.Role))
 		ch <- prometheus.MustNewConstMetric(descEndpoints, prometheus.GaugeValue, float64(p.Endpoints), string(p.Role))
 	}
 }
@@ -85,6 +93,10 @@ func (m *Metrics) HealthHook() func(upstream.HealthEvent) { return m.healthEvent
 
 func (m *Metrics) healthEvent(ev upstream.HealthEvent) {
 	pool := roleLabel(ev.Role)
+	if ev.Draining {
+		m.failures.drains.WithLabelValues(pool).Inc()
+		return
+	}
 	if ev.Ejected {
 		m.failures.ejections.WithLabelValues(pool).Inc()
 	} else {
