@@ -49,26 +49,55 @@ func (c *client) predictHitIn(p *pool, tokens []int64) (*Target, bool) {
 		h = chainHash(h, tokens[i:i+bs])
 	}
 	// Every healthy endpoint that holds the prefix is a candidate, not only
-	// the next in rotation; the least loaded wins, ties by rotation.
+	// the next in rotation; the least loaded wins, ties by rotation. Where
+	// the pool's CacheSource has a trustworthy view of an endpoint, it
+	// decides for that endpoint (the same view the cache-aware picker
+	// scores on); elsewhere the prediction index does.
+	full := len(tokens) / bs * bs
+	src := p.cacheSource()
+	if p.scraper != nil {
+		p.scraper.bind(c.rt)
+	}
 	now := p.now().UnixNano()
 	n := uint64(len(p.eps))
 	start := p.next.Add(1) - 1
 	var best *endpoint
-	var bestN int64
+	var bestN float64
+	bestSrc := SourceIndex
 	for k := range n {
 		e := p.eps[(start+k)%n]
-		if !e.healthy(now) || !e.prefix.has(h) {
+		if !e.healthy(now) {
 			continue
 		}
-		if in := e.inflight.Load(); best == nil || in < bestN {
-			best, bestN = e, in
+		held, from := false, SourceIndex
+		if src != nil && !e.truth.distrusted(now) {
+			if c, ok := src.Cached(e.ep.URL, CacheKey{Tokens: tokens}); ok {
+				held, from = c >= full, SourceEvents
+			} else {
+				held = e.prefix.has(h)
+			}
+		} else {
+			held = e.prefix.has(h)
+		}
+		if !held {
+			continue
+		}
+		if in := p.load(e, now); best == nil || in < bestN {
+			best, bestN, bestSrc = e, in, from
 		}
 	}
 	if best == nil {
 		return nil, false
 	}
-	return p.take(best), true
+	t := p.take(best)
+	predicted := min(full, (len(tokens)-1)/bs*bs)
+	t.Route = &RouteInfo{Picker: pickPredict, CachedBlocks: predicted / bs, Load: bestN, Source: bestSrc,
+		PromptTokens: len(tokens), Predicted: predicted}
+	return t, true
 }
+
+// pickPredict names a predicted conditional-decode hit in RouteInfo.
+const pickPredict = "predict"
 
 // recordPrefix stores the names of every full block of tokens in the index
 // of t's decode endpoint. No-op for the gateway, other roles, or nil tokens.
@@ -213,6 +242,32 @@ func (x *prefixIndex) add(hs []uint64) {
 		x.slot.insert(x.keys, int32(x.hand))
 		x.hand = (x.hand + 1) % x.cap
 	}
+}
+
+// longest is how many of hs, from the first, the index holds: found by
+// bisection, as add finds it (presence is prefix-closed unless eviction
+// took an early name; then it may answer less, never more than is there,
+// up to the last name it finds). It marks nothing referenced: scoring
+// reads every endpoint's index, and only the one picked is recorded to.
+func (x *prefixIndex) longest(hs []uint64) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(hs) == 0 || x.slot.n == 0 {
+		return 0
+	}
+	if _, ok := x.slot.find(x.keys, hs[len(hs)-1]); ok {
+		return len(hs)
+	}
+	lo, hi := -1, len(hs)-1 // hs[lo] present (-1: none), hs[hi] absent
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if _, ok := x.slot.find(x.keys, hs[mid]); ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo + 1
 }
 
 func (x *prefixIndex) len() int {
