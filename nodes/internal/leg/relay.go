@@ -35,6 +35,7 @@ func Relay(x *engine.Exec, resp *http.Response, idle, writeTimeout time.Duration
 		resp.Body.Close()
 		return engine.Result{HTTPStatus: resp.StatusCode, Err: engine.Errorf(engine.KindInternal, "the client was already answered by another node")}
 	}
+	tapUsage(x, resp) // the truth check of a predicted route (usage.go)
 	n, err := upstream.RelayWith(w, resp, upstream.RelayOptions{
 		ReqID:        x.Run.Req.ID,
 		Idle:         idle,
