@@ -125,7 +125,7 @@ func Defaults() Config {
 			MaxIdleConnsPerHost: upstream.DefaultMaxIdleConnsPerHost,
 			PrefixBlockTokens:   upstream.DefaultPrefixBlockTokens,
 			PrefixIndexSize:     upstream.DefaultPrefixIndexSize,
-			TLS:                 tlsfiles.ClientConfig{ReloadInterval: DefaultTLSReloadInterval},
+			TLS: tlsfiles.ClientConfig{ReloadInterval: DefaultTLSReloadInterval},
 		},
 		Telemetry: Telemetry{LogLevel: "info"},
 		Async: Async{
@@ -298,6 +298,13 @@ func (c *Config) decode(f *fileDoc) {
 			u.Pools[r][i] = e.Endpoint
 		}
 	}
+	keep(&u.Routing.CacheWeight, ud.Routing.CacheWeight)
+	keep(&u.Routing.LoadWeight, ud.Routing.LoadWeight)
+	keep(&u.Routing.MetricsInterval, ud.Routing.MetricsInterval)
+	keep(&u.Routing.MetricsTimeout, ud.Routing.MetricsTimeout)
+	keep(&u.Routing.MispredictWindow, ud.Routing.MispredictWindow)
+	keep(&u.Routing.MispredictPrecision, ud.Routing.MispredictPrecision)
+	keep(&u.Routing.DistrustFor, ud.Routing.DistrustFor)
 	keep(&u.FailureThreshold, ud.Health.FailureThreshold)
 	keep(&u.EjectFor, ud.Health.EjectFor)
 	keep(&u.IdleConnTimeout, ud.Connections.IdleTimeout)
