@@ -125,7 +125,7 @@ func Defaults() Config {
 			MaxIdleConnsPerHost: upstream.DefaultMaxIdleConnsPerHost,
 			PrefixBlockTokens:   upstream.DefaultPrefixBlockTokens,
 			PrefixIndexSize:     upstream.DefaultPrefixIndexSize,
-			TLS: tlsfiles.ClientConfig{ReloadInterval: DefaultTLSReloadInterval},
+			TLS:                 tlsfiles.ClientConfig{ReloadInterval: DefaultTLSReloadInterval},
 		},
 		Telemetry: Telemetry{LogLevel: "info"},
 		Async: Async{
