@@ -141,7 +141,8 @@ func (g *generation) live() front.Live {
 	fields, _ := front.ParseClientFields(g.cfg.Trust.ClientFields)
 	return front.Live{Runners: runners, MaxBodyBytes: s.MaxBodyBytes(), WriteTimeout: s.WriteTimeout,
 		DrainDelay: s.DrainDelay, ShutdownTimeout: s.ShutdownTimeout, ClientFields: fields,
-		Admission: admissionOf(g.cfg.Admission), Extra: g, StreamWriteTimeout: s.StreamWriteTimeout}
+		Admission: admissionOf(g.cfg.Admission), Extra: g, StreamWriteTimeout: s.StreamWriteTimeout,
+		HealthDetail: routeHealth(g.up)}
 }
 
 // asyncBinding is the async binding of the generation that was live when

@@ -158,6 +158,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		AdmissionObserver: m.AdmissionObserver(),
 		Background:        dispatchedRequest,
 		Extra:             lv.Extra,
+		HealthDetail:      lv.HealthDetail,
 		MaxConnections:    s.MaxConnections,
 		Resets:            front.ResetPolicy{Limit: s.ResetLimit, Window: s.ResetWindow, Cooldown: s.ResetCooldown},
 		Conns:             m.ConnObserver(),

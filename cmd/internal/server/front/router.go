@@ -2,6 +2,7 @@ package front
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -32,7 +33,7 @@ func (s *Server) routes() *mux.Router {
 	if !s.separateMetrics() {
 		r.Handle(PathMetrics, s.metrics()).Methods(http.MethodGet)
 	}
-	r.HandleFunc(PathHealth, s.healthz).Methods(http.MethodGet) // vLLM's liveness path
+	r.HandleFunc(PathHealth, s.health).Methods(http.MethodGet) // vLLM's liveness path
 	r.HandleFunc(PathModels, s.listModels).Methods(http.MethodGet)
 	for _, x := range s.opts.Routes {
 		r.Handle(x.Path, s.extraRoute(x.Handler)).Methods(x.Methods...)
@@ -74,6 +75,31 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	probe(w)
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(okBody)
+}
+
+// health is healthz with the live set's detail members (Live.HealthDetail).
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	var d map[string]any
+	if l := s.cur.Load(); l != nil && l.healthDetail != nil {
+		d = l.healthDetail()
+	}
+	if len(d) == 0 {
+		s.healthz(w, r)
+		return
+	}
+	probe(w)
+	m := map[string]any{"status": "ok"}
+	for k, v := range d {
+		if k != "status" {
+			m[k] = v
+		}
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		b = okBody
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
 }
 
 // readyz is 200 once serving and 503 from the start of the shutdown.

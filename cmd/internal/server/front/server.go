@@ -54,7 +54,8 @@ func New(opts Options) *Server {
 	}
 	s := &Server{opts: opts, log: opts.Log, limits: opts.Limits.withDefaults()}
 	s.cur.Store(newLive(Live{Runners: opts.Runners, MaxBodyBytes: opts.MaxBodyBytes, WriteTimeout: opts.WriteTimeout, StreamWriteTimeout: opts.StreamWriteTimeout,
-		DrainDelay: opts.DrainDelay, ShutdownTimeout: opts.ShutdownTimeout, ClientFields: opts.ClientFields, Admission: opts.Admission, Extra: opts.Extra}))
+		DrainDelay: opts.DrainDelay, ShutdownTimeout: opts.ShutdownTimeout, ClientFields: opts.ClientFields, Admission: opts.Admission, Extra: opts.Extra,
+		HealthDetail: opts.HealthDetail}))
 	s.adm = admission.New(AdmissionClasses, opts.Admission.Limits, opts.AdmissionObserver)
 	if s.log == nil {
 		s.log = logrus.StandardLogger()
