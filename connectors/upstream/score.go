@@ -305,3 +305,9 @@ func (p *pool) setSource(s CacheSource) {
 // sourceBox holds a pool's CacheSource (an interface cannot be an
 // atomic.Pointer's element directly without the extra indirection).
 type sourceBox = atomic.Pointer[CacheSource]
+
+// WithDefaults is r with its defaults filled in, as New applies them (an
+// invalid value is left for New to report).
+func (r Routing) WithDefaults() Routing {
+	return routingDefaults(r, func(string, string, ...any) {})
+}
