@@ -149,7 +149,8 @@ workflow: wf.yaml
 	if series[`celflow_route_predictions_total{outcome="tp",pool="decode"}`] < 1 ||
 		series[`celflow_route_predictions_total{outcome="fp",pool="decode"}`] != 0 ||
 		series[`celflow_route_correct_cached_tokens_total{pool="decode"}`] < float64(followCached)/2 ||
-		series[`celflow_route_mispredicting{endpoint="`+forgetful+`",pool="decode"}`] != 1 {
+		series[`celflow_route_mispredicting{endpoint="3",pool="decode"}`] != 1 ||
+		series[`celflow_route_mispredicting{endpoint="0",pool="decode"}`] != 0 {
 		t.Errorf("route series: %v", series)
 	}
 }

@@ -13,10 +13,13 @@ import (
 // decode endpoint keeps a bounded set of the names of prompts sent to it.
 //
 // Decision: a prompt is a predicted hit on an endpoint when the name of its
-// LAST FULL block is in that endpoint's index, i.e. decode would have to
-// compute at most PrefixBlockTokens-1 tokens itself. A prompt shorter than
-// one block has no full block and is a miss (vLLM caches only full blocks),
-// unless ShortPromptTokens covers it.
+// LAST FULL block is in that endpoint's index (or the pool's CacheSource
+// says the endpoint holds every full block), i.e. decode would have to
+// compute at most one block itself: the tokens after the last full block,
+// or, for a prompt of exactly k blocks, the last block, which vLLM
+// recomputes for its last token. A prompt shorter than one block has no
+// full block and is a miss (vLLM caches only full blocks), unless
+// ShortPromptTokens covers it.
 //
 // The model ignores multimodal inputs: two prompts with the same tokens but
 // different images share names. A wrong hit costs time (decode computes the

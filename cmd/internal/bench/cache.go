@@ -219,6 +219,7 @@ func runCacheArm(ctx context.Context, o Options, co CacheOptions, dir, arm strin
 		mu      sync.Mutex
 		ttfts   []time.Duration
 		next    atomic.Int64
+		rot     atomic.Uint64 // oracle: rotation among ties
 		wg      sync.WaitGroup
 		pending = make([]atomic.Int64, len(sims)) // oracle: requests in flight per simulator
 		tally   truthTally                        // oracle: its probes against the replies
@@ -237,9 +238,13 @@ func runCacheArm(ctx context.Context, o Options, co CacheOptions, dir, arm strin
 				for _, turn := range c.turns {
 					prompt = append(prompt, turn...)
 					held := probeAll(ctx, hc, sims, prompt)
-					best := 0
-					for k, h := range held {
-						if h > held[best] || (h == held[best] && pending[k].Load() < pending[best].Load()) {
+					// The most held wins; ties go to the fewest in flight,
+					// then by rotation (a cold prompt spreads).
+					first := int(rot.Add(1)-1) % len(sims)
+					best := first
+					for j := 1; j < len(sims); j++ {
+						k := (first + j) % len(sims)
+						if held[k] > held[best] || (held[k] == held[best] && pending[k].Load() < pending[best].Load()) {
 							best = k
 						}
 					}

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"math"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -9,8 +10,9 @@ import (
 // The truth check of cache-aware routing (docs/operations.md, Cache-aware
 // routing), read from the watched upstream client at scrape time: its
 // predictions by outcome and in tokens, per pool, and each scored
-// endpoint's standing. Labels stay bounded: pools and endpoints are the
-// configured ones. The counters live in the client, so a reload that
+// endpoint's standing. Labels stay bounded and carry no address: pools are
+// the configured ones, an endpoint is its position in its pool's list
+// ("0", "1", …); GET /health and the log name its URL. The counters live in the client, so a reload that
 // builds a new client (a changed upstream section) starts them over, which
 // Prometheus reads as a counter reset.
 var (
@@ -26,10 +28,10 @@ var (
 	descRoutePrompt = prometheus.NewDesc(Namespace+"_route_prompt_tokens_total",
 		"Prompt tokens of the legs with a prediction, by pool: the prefix-cache hit rate is reported / prompt.", []string{"pool"}, nil)
 	descRouteMispredicting = prometheus.NewDesc(Namespace+"_route_mispredicting",
-		"1 while the endpoint's last upstream.routing.mispredict_window predicted hits fell below mispredict_precision, by pool and endpoint.",
+		"1 while the endpoint's last upstream.routing.mispredict_window predicted hits fell below mispredict_precision, by pool and endpoint (its position in the pool's list).",
 		[]string{"pool", "endpoint"}, nil)
 	descRoutePrecision = prometheus.NewDesc(Namespace+"_route_window_precision",
-		"Share of the predicted cached tokens the worker confirmed over the endpoint's last full window, by pool and endpoint (absent before one).",
+		"Share of the predicted cached tokens the worker confirmed over the endpoint's last full window, by pool and endpoint (its position in the pool's list; absent before one).",
 		[]string{"pool", "endpoint"}, nil)
 )
 
@@ -59,14 +61,15 @@ func (c routeCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descRouteReported, p.ReportedTokens, p.Pool)
 		counter(descRouteCorrect, p.CorrectTokens, p.Pool)
 		counter(descRoutePrompt, p.PromptTokens, p.Pool)
-		for _, e := range p.Endpoints {
+		for i, e := range p.Endpoints {
+			pos := strconv.Itoa(i)
 			v := 0.0
 			if e.Mispredicting {
 				v = 1
 			}
-			ch <- prometheus.MustNewConstMetric(descRouteMispredicting, prometheus.GaugeValue, v, p.Pool, e.Endpoint)
+			ch <- prometheus.MustNewConstMetric(descRouteMispredicting, prometheus.GaugeValue, v, p.Pool, pos)
 			if !math.IsNaN(e.Precision) {
-				ch <- prometheus.MustNewConstMetric(descRoutePrecision, prometheus.GaugeValue, e.Precision, p.Pool, e.Endpoint)
+				ch <- prometheus.MustNewConstMetric(descRoutePrecision, prometheus.GaugeValue, e.Precision, p.Pool, pos)
 			}
 		}
 	}
