@@ -361,3 +361,30 @@ func TestScrapedLoad(t *testing.T) {
 		t.Errorf("busy figures %v %v %v, want 5 3", r, w, ok)
 	}
 }
+
+// BenchmarkPickCacheAware: one scored pick of a 2000-token prompt among 8
+// decode endpoints whose indexes each hold other conversations, against
+// round-robin's pick of the same prompt.
+func BenchmarkPickCacheAware(b *testing.B) {
+	for _, picker := range []string{pickRoundRobin, pickCacheAware} {
+		b.Run(picker, func(b *testing.B) {
+			c, _ := newDirect(b, Config{Picker: picker}, 8, RoleDecode)
+			p := c.impl.pools[roleIndex(RoleDecode)]
+			for i, e := range p.eps {
+				for k := range 50 {
+					c.RecordPrefix(&Target{ep: e}, toks(2000, 1000*i+k))
+				}
+			}
+			prompt := CacheKey{Tokens: toks(2000, 3007)} // held by endpoint 3
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				tg, err := c.PickKey(RoleDecode, "", prompt)
+				if err != nil {
+					b.Fatal(err)
+				}
+				tg.Done(false)
+			}
+		})
+	}
+}

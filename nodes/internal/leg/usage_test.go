@@ -156,3 +156,32 @@ func TestRelayFeedsTruth(t *testing.T) {
 		t.Fatalf("route stats %+v", st)
 	}
 }
+
+// BenchmarkUsageTap: reading a 400-event stream (about 64 KiB) in the
+// relay's 32 KiB reads, plain and through the tap.
+func BenchmarkUsageTap(b *testing.B) {
+	var sb strings.Builder
+	for i := range 400 {
+		fmt.Fprintf(&sb, "data: {\"request_id\":\"r\",\"choices\":[{\"index\":0,\"token_ids\":[%d]}],\"usage\":null}\n\n", i)
+	}
+	sb.WriteString("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":100,\"prompt_tokens_details\":{\"cached_tokens\":96}}}\n\ndata: [DONE]\n\n")
+	body := []byte(sb.String())
+	buf := make([]byte, 32<<10)
+	for _, tapped := range []bool{false, true} {
+		b.Run(fmt.Sprintf("tapped=%v", tapped), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for range b.N {
+				var r io.Reader = &chunked{b: body, n: 1500} // a TCP segment's worth per read
+				if tapped {
+					r = &usageTap{rc: &chunked{b: body, n: 1500}, t: &upstream.Target{}}
+				}
+				for {
+					if _, err := r.Read(buf); err == io.EOF {
+						break
+					}
+				}
+			}
+		})
+	}
+}
