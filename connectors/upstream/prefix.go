@@ -41,7 +41,9 @@ func (c *client) predictHitIn(p *pool, tokens []int64) (*Target, bool) {
 		return nil, false
 	}
 	if n := c.cfg.ShortPromptTokens; n > 0 && len(tokens) <= n {
-		return p.take(p.choose(nil)), true
+		// Nothing of it can be cached: by rotation, or by load under the
+		// cache-aware picker.
+		return c.pickIn(p, nil, CacheKey{}), true
 	}
 	bs := c.cfg.PrefixBlockTokens
 	if len(tokens) < bs {

@@ -388,3 +388,19 @@ func BenchmarkPickCacheAware(b *testing.B) {
 		})
 	}
 }
+
+// A short prompt (short_prompt_tokens) is a predicted hit wherever it goes:
+// under cache-aware, to the least loaded endpoint.
+func TestShortPromptByLoad(t *testing.T) {
+	c, _ := newDirect(t, Config{Picker: pickCacheAware, ShortPromptTokens: 8}, 3, RoleDecode)
+	p := c.impl.pools[roleIndex(RoleDecode)]
+	p.eps[0].inflight.Add(2)
+	p.eps[1].inflight.Add(1)
+	for range 3 {
+		tg, hit := c.PredictHit(toks(5, 1))
+		if !hit || tg.ep != p.eps[2] {
+			t.Fatalf("hit %v on %s, want the idle endpoint 2", hit, tg.Base)
+		}
+		tg.Done(false)
+	}
+}
