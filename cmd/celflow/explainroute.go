@@ -34,7 +34,7 @@ func describeRouting(path string, getenv func(string) string) (string, error) {
 		return "routing: direct mode, picker " + picker, nil
 	}
 	r := u.Routing.WithDefaults()
-	load := "in-flight legs"
+	load := "celflow's legs in flight and replies being relayed"
 	if r.MetricsInterval > 0 {
 		load += fmt.Sprintf(" + the workers' running and waiting requests (/metrics, every %s at most)", r.MetricsInterval)
 	}

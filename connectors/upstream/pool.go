@@ -29,8 +29,9 @@ type endpoint struct {
 
 	prefix *prefixIndex // decode pools only
 
-	scraped loadFigures // the worker's own running/waiting (routing.metrics_interval)
-	truth   truthWindow // how its recent predicted hits turned out (truth.go)
+	relaying atomic.Int64 // replies of scored picks being relayed to clients (Target.StartRelay)
+	scraped  loadFigures  // the worker's own running/waiting (routing.metrics_interval)
+	truth    truthWindow  // how its recent predicted hits turned out (truth.go)
 }
 
 // pool is the endpoints of one role.

@@ -20,7 +20,8 @@ import (
 // comes from the pool's CacheSource (the workers' own KV events) when one is
 // installed and has a trustworthy view of that endpoint, else from the
 // prediction index (prefix.go: what celflow sent there). load is the
-// endpoint's legs in flight (picked, reply headers not yet back) plus, when
+// endpoint's legs in flight (picked, reply headers not yet back) and the
+// replies being relayed from it (Target.StartRelay) plus, when
 // routing.metrics_interval is set, the worker's own vllm:num_requests_running
 // and vllm:num_requests_waiting (scrape.go). max load is over the eligible
 // endpoints of this pick, so the load term is between 0 and load_weight.
@@ -105,7 +106,7 @@ type RouteInfo struct {
 	Picker       string  // "cache-aware", or "predict" for a conditional-decode hit
 	Score        float64 // the winning score (cache-aware)
 	CachedBlocks int     // predicted cached blocks of PrefixBlockTokens on the endpoint
-	Load         float64 // the endpoint's load term before weighting: in-flight legs + running + waiting
+	Load         float64 // the endpoint's load term before weighting: in-flight legs + relays + running + waiting
 	Source       string  // "events" (the pool's CacheSource) or "index" (the prediction index)
 	PromptTokens int
 	// Predicted is the cached_tokens the worker is predicted to report.
@@ -272,10 +273,11 @@ func (p *pool) best(ok func(*endpoint) bool, pr *prompt, now int64, cs []candida
 		Source: c.src, PromptTokens: len(pr.key.Tokens), Predicted: c.cached}
 }
 
-// load is e's load term: its legs in flight, plus the worker's running and
-// waiting requests when scraped recently enough. It may start a scrape.
+// load is e's load term: its legs in flight and replies being relayed,
+// plus the worker's running and waiting requests when scraped recently
+// enough. It may start a scrape.
 func (p *pool) load(e *endpoint, now int64) float64 {
-	l := float64(e.inflight.Load())
+	l := float64(e.inflight.Load() + e.relaying.Load())
 	if p.routing.MetricsInterval > 0 && p.scraper != nil {
 		p.scraper.refresh(e, now)
 		if r, w, ok := e.scraped.figures(now, p.routing.MetricsInterval); ok {
@@ -283,6 +285,26 @@ func (p *pool) load(e *endpoint, now int64) float64 {
 		}
 	}
 	return l
+}
+
+// StartRelay counts the target's reply as being relayed to the client
+// until end is called (end may be called more than once): a leg stops
+// counting as in flight when its reply headers arrive (Done), and a stream
+// starts with its headers, so without this a worker streaming a dozen
+// replies would look idle. Only targets with a prediction (Route) count:
+// they are the cache-aware picker's; for others it does nothing.
+func (t *Target) StartRelay() (end func()) {
+	if t == nil || t.Route == nil || t.ep == nil {
+		return func() {}
+	}
+	e := t.ep
+	e.relaying.Add(1)
+	var once atomic.Bool
+	return func() {
+		if once.CompareAndSwap(false, true) {
+			e.relaying.Add(-1)
+		}
+	}
 }
 
 // cacheSource is the pool's CacheSource, nil when none is installed.

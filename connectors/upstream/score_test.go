@@ -404,3 +404,35 @@ func TestShortPromptByLoad(t *testing.T) {
 		tg.Done(false)
 	}
 }
+
+// A reply being relayed counts in its endpoint's load until it ends: a
+// stream's leg leaves in-flight at its headers.
+func TestRelayCountsInLoad(t *testing.T) {
+	c, _ := newDirect(t, Config{Picker: pickCacheAware}, 2, RoleDecode)
+	p := c.impl.pools[roleIndex(RoleDecode)]
+	first := mustPickKey(t, c, "", CacheKey{Tokens: toks(20, 1)})
+	first.Done(false) // headers arrived
+	end := first.StartRelay()
+	for range 4 {
+		tg := mustPickKey(t, c, "", CacheKey{Tokens: toks(20, 2)})
+		if tg.ep == first.ep {
+			t.Fatalf("picked the endpoint relaying a reply (load %v) over an idle one", tg.Route.Load)
+		}
+		tg.Done(false)
+	}
+	end()
+	end() // idempotent
+	if n := first.ep.relaying.Load(); n != 0 {
+		t.Fatalf("relaying = %d after end", n)
+	}
+	if got := p.load(first.ep, 0); got != 0 {
+		t.Errorf("load %v after the relay ended", got)
+	}
+	// Without a prediction (round-robin) nothing is counted.
+	rr, _ := newDirect(t, Config{}, 1, RoleDecode)
+	tg := mustPickKey(t, rr, "", CacheKey{})
+	tg.StartRelay()
+	if n := rr.impl.pools[roleIndex(RoleDecode)].eps[0].relaying.Load(); n != 0 {
+		t.Errorf("round-robin target counted a relay: %d", n)
+	}
+}

@@ -337,7 +337,7 @@ func cacheConfig(arm, listen string, sims []*proc, events []string) string {
 	if arm == "round-robin" {
 		b.WriteString("  picker: round-robin\n")
 	} else {
-		b.WriteString("  picker: cache-aware\n  routing: {metrics_interval: 50ms}\n")
+		b.WriteString("  picker: cache-aware\n") // default weights, no /metrics scrape
 	}
 	b.WriteString("telemetry: {log_level: warn, log_format: json, tracing: {enabled: false}}\n")
 	b.WriteString(`workflow:
@@ -551,8 +551,8 @@ func renderCache(b io.Writer, r *CacheResult) {
 	p("tokens; oracle: what the best simulator held when each request was sent (`POST /sim/cache/probe`).\n")
 	p("Precision and recall: celflow's truth check (`celflow_route_*`), for the oracle its probes against the\n")
 	p("replies. Spread: max ÷ mean of the simulators' running requests, sampled every 20 ms. celflow's\n")
-	p("cache-aware arms run the default weights and read the simulators' load from `/metrics` every 50 ms\n")
-	p("(`upstream.routing.metrics_interval`). The oracle arm sends to the simulators directly (no celflow hop).\n\n")
+	p("cache-aware arms run the defaults: weights 1 and 1, load from celflow's own legs and relays (no\n")
+	p("`/metrics` scrape). The oracle arm sends to the simulators directly (no celflow hop).\n\n")
 	p("| arm | requests | hit rate | oracle hit rate | precision | recall | load spread (max/mean) | TTFT p50 | TTFT p99 | errors |\n")
 	p("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, a := range r.Arms {

@@ -44,7 +44,7 @@ func TestCacheConfig(t *testing.T) {
 		want []string
 	}{
 		{rr, []string{"picker: round-robin", `- "http://127.0.0.1:2"`, "routes: [generate]"}},
-		{pr, []string{"picker: cache-aware", "metrics_interval: 50ms"}},
+		{pr, []string{"picker: cache-aware"}},
 		{ev, []string{`- {url: "http://127.0.0.1:1", kv_events: "tcp://127.0.0.1:5"}`, "picker: cache-aware"}},
 	} {
 		for _, w := range tc.want {

@@ -21,7 +21,10 @@ import (
 // bytes of a chunk are kept so a name or number cut between two chunks is
 // still found. A reply without usage (a stream the client did not ask
 // usage for, a worker that does not report prompt_tokens_details), a
-// compressed reply, or one that broke off is not counted.
+// compressed reply, or one that broke off is not counted. The tap also
+// counts the reply in its endpoint's load while it is relayed
+// (Target.StartRelay): a stream's legs are in flight only until its
+// headers.
 
 // routedKey holds, per run, the predicted targets of its nodes' legs by
 // node and fan-out item. Only a leg with a prediction sets it, so a run
@@ -72,16 +75,17 @@ func tapUsage(x *engine.Exec, resp *http.Response) {
 	if t == nil {
 		return
 	}
-	if ce := resp.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
-		return
-	}
-	resp.Body = &usageTap{rc: resp.Body, t: t}
+	// A compressed reply is counted as relaying but not searched.
+	ce := resp.Header.Get("Content-Encoding")
+	resp.Body = &usageTap{rc: resp.Body, t: t, end: t.StartRelay(), blind: ce != "" && ce != "identity"}
 }
 
 // usageTap passes a body through and finds the last cached_tokens in it.
 type usageTap struct {
 	rc     io.ReadCloser
 	t      *upstream.Target
+	end    func() // ends the relay's count in the endpoint's load
+	blind  bool   // compressed: not searched
 	carry  [tapCarry]byte
 	nc     int
 	cached int
@@ -101,11 +105,14 @@ var cachedName = []byte(`cached_tokens`)
 
 func (u *usageTap) Read(p []byte) (int, error) {
 	n, err := u.rc.Read(p)
-	if n > 0 {
+	if n > 0 && !u.blind {
 		u.scan(p[:n])
 	}
 	if err == io.EOF && !u.done {
 		u.done = true
+		if u.end != nil {
+			u.end()
+		}
 		if u.found {
 			u.t.ObserveCached(u.cached)
 		}
@@ -113,7 +120,14 @@ func (u *usageTap) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (u *usageTap) Close() error { return u.rc.Close() }
+// Close ends the relay's count too: the relay closes the body however it
+// ended.
+func (u *usageTap) Close() error {
+	if u.end != nil {
+		u.end()
+	}
+	return u.rc.Close()
+}
 
 // scan looks for the member in b, and across the boundary with the
 // previous chunk, then keeps b's last bytes.

@@ -185,3 +185,63 @@ func BenchmarkUsageTap(b *testing.B) {
 		})
 	}
 }
+
+// Through a real leg: while worker A streams a reply to the client, a
+// cold prompt goes to idle worker B (the relay counts in A's load though
+// its leg left in-flight at the headers); once the stream ended, A counts
+// nothing.
+func TestRelayLoadsEndpoint(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	stream := func(rw http.ResponseWriter, _ *http.Request, _ legtest.Call) {
+		rw.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(rw, "data: {\"choices\":[]}\n\n")
+		rw.(http.Flusher).Flush()
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-release
+		fmt.Fprint(rw, "data: {\"choices\":[],\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\ndata: [DONE]\n\n")
+	}
+	a, b := legtest.NewWorker(t, stream), legtest.NewWorker(t, stream)
+	c := legtest.Direct(t, upstream.Config{Picker: "cache-aware", Pools: map[upstream.Role][]upstream.Endpoint{upstream.RoleDecode: {{URL: a.URL}, {URL: b.URL}}}})
+	send := func(seed int64) (*upstream.Target, *engine.Exec, *http.Response) {
+		t.Helper()
+		run, _ := legtest.Run(t, engine.RouteGenerate, `{}`, nil)
+		run.State.Tokens = engine.Tokens{Known: true, IDs: []int64{seed, seed + 1, seed + 2}}
+		x := legtest.Exec(run, "decode")
+		var res engine.Result
+		resp, tg, e := Call{Role: upstream.RoleDecode, Path: "/inference/v1/generate", Body: jsonb.Raw([]byte(`{}`))}.Send(context.Background(), x, c, &res)
+		if e != nil {
+			t.Fatal(e)
+		}
+		return tg, x, resp
+	}
+	t1, x1, resp1 := send(100)
+	done := make(chan engine.Result)
+	go func() { done <- Relay(x1, resp1, 0, 0) }()
+	<-started
+	for i := range 3 {
+		t2, x2, resp2 := send(int64(200 + 10*i))
+		if t2.Base == t1.Base {
+			t.Fatalf("a cold prompt went to %s, which is streaming a reply, not to the idle worker", t2.Base)
+		}
+		resp2.Body.Close()
+		_ = x2
+	}
+	close(release)
+	if r := <-done; r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	// A's relay ended: the next cold prompts spread over both again.
+	seen := map[string]bool{}
+	for i := range 4 {
+		tg, _, resp := send(int64(300 + 10*i))
+		seen[tg.Base] = true
+		resp.Body.Close()
+	}
+	if len(seen) != 2 {
+		t.Errorf("after the stream ended, cold prompts went to %v: want both workers", seen)
+	}
+}
