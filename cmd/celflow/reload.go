@@ -141,8 +141,7 @@ func (g *generation) live() front.Live {
 	fields, _ := front.ParseClientFields(g.cfg.Trust.ClientFields)
 	return front.Live{Runners: runners, MaxBodyBytes: s.MaxBodyBytes(), WriteTimeout: s.WriteTimeout,
 		DrainDelay: s.DrainDelay, ShutdownTimeout: s.ShutdownTimeout, ClientFields: fields,
-		Admission: admissionOf(g.cfg.Admission), Extra: g, StreamWriteTimeout: s.StreamWriteTimeout,
-		HealthDetail: routeHealth(g.up)}
+		Admission: admissionOf(g.cfg.Admission), Extra: g, StreamWriteTimeout: s.StreamWriteTimeout}
 }
 
 // asyncBinding is the async binding of the generation that was live when
@@ -276,6 +275,7 @@ func (r *reloader) reload() bool {
 	}
 	r.srv.SetLive(g.live())
 	r.srv.SetModels(g.models())
+	r.srv.SetHealthDetail(g.routeHealth)
 	old := r.cur
 	r.cur = g
 	r.m.WatchUpstream(g.up)

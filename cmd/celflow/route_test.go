@@ -90,13 +90,15 @@ workflow: wf.yaml
 		}
 		defer resp.Body.Close()
 		var h struct {
-			Status  string
-			Routing struct{ Mispredicting []map[string]any }
+			Status string
+			Detail struct {
+				Routing struct{ Mispredicting []map[string]any }
+			}
 		}
 		if err := json.NewDecoder(resp.Body).Decode(&h); err != nil || resp.StatusCode != 200 || h.Status != "ok" {
 			t.Fatalf("/health: %d %v %+v", resp.StatusCode, err, h)
 		}
-		return h.Routing.Mispredicting
+		return h.Detail.Routing.Mispredicting
 	}
 	if m := health(); m != nil {
 		t.Fatalf("mispredicting before any request: %v", m)
@@ -119,8 +121,8 @@ workflow: wf.yaml
 	}
 	// Each worker began four conversations (ties go by rotation): the
 	// forgetful one has had four predicted hits, a full window.
-	if listed := health(); len(listed) != 1 || listed[0]["endpoint"] != forgetful || listed[0]["pool"] != "decode" || listed[0]["cache_source_set_aside"] != false {
-		t.Fatalf("/health mispredicting = %v, want only %s\n%s", listed, forgetful, logs.String())
+	if listed := health(); len(listed) != 1 || listed[0]["worker"] != "decode[3]" || listed[0]["cache_source_set_aside"] != false {
+		t.Fatalf("/health mispredicting = %v, want only decode[3] (%s)\n%s", listed, forgetful, logs.String())
 	}
 	// The three workers that keep their conversations serve every
 	// follow-up from cache as far as whole blocks allow: turn 2 (80
@@ -149,8 +151,8 @@ workflow: wf.yaml
 	if series[`celflow_route_predictions_total{outcome="tp",pool="decode"}`] < 1 ||
 		series[`celflow_route_predictions_total{outcome="fp",pool="decode"}`] != 0 ||
 		series[`celflow_route_correct_cached_tokens_total{pool="decode"}`] < float64(followCached)/2 ||
-		series[`celflow_route_mispredicting{endpoint="3",pool="decode"}`] != 1 ||
-		series[`celflow_route_mispredicting{endpoint="0",pool="decode"}`] != 0 {
+		series[`celflow_route_mispredicting{pool="decode",worker="decode[3]"}`] != 1 ||
+		series[`celflow_route_mispredicting{pool="decode",worker="decode[0]"}`] != 0 {
 		t.Errorf("route series: %v", series)
 	}
 }

@@ -2,39 +2,36 @@ package main
 
 import (
 	"math"
-
-	"github.com/celflow/celflow/connectors/upstream"
+	"strconv"
 )
 
-// routeHealth is GET /health's detail for a generation's upstream client:
-// the endpoints the truth check of cache-aware routing reports as
-// mispredicting (docs/operations.md, Cache-aware routing), as
+// routeHealth is GET /health's detail for cache-aware routing: the
+// endpoints its truth check reports as mispredicting (docs/operations.md,
+// Cache-aware routing), each by pool[index] (no address: /health is on the
+// client listener; the log line names the URL), as
 //
-//	{"status":"ok","routing":{"mispredicting":[{"pool":"decode","endpoint":"http://d1:8000",
-//	  "precision":0.12,"cache_source_set_aside":true}]}}
+//	{"routing":{"mispredicting":[{"worker":"decode[2]","precision":0.12,"cache_source_set_aside":true}]}}
 //
-// and nothing while none is.
-func routeHealth(up *upstream.Client) func() map[string]any {
-	if up == nil || !up.Direct() {
+// and nil while none is.
+func (g *generation) routeHealth() any {
+	if g.up == nil || !g.up.Direct() {
 		return nil
 	}
-	return func() map[string]any {
-		var bad []map[string]any
-		for _, p := range up.RouteStats() {
-			for _, e := range p.Endpoints {
-				if !e.Mispredicting {
-					continue
-				}
-				m := map[string]any{"pool": p.Pool, "endpoint": e.Endpoint, "cache_source_set_aside": e.Distrusted}
-				if !math.IsNaN(e.Precision) {
-					m["precision"] = math.Round(e.Precision*1000) / 1000
-				}
-				bad = append(bad, m)
+	var bad []map[string]any
+	for _, p := range g.up.RouteStats() {
+		for i, e := range p.Endpoints {
+			if !e.Mispredicting {
+				continue
 			}
+			m := map[string]any{"worker": p.Pool + "[" + strconv.Itoa(i) + "]", "cache_source_set_aside": e.Distrusted}
+			if !math.IsNaN(e.Precision) {
+				m["precision"] = math.Round(e.Precision*1000) / 1000
+			}
+			bad = append(bad, m)
 		}
-		if len(bad) == 0 {
-			return nil
-		}
-		return map[string]any{"routing": map[string]any{"mispredicting": bad}}
 	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return map[string]any{"routing": map[string]any{"mispredicting": bad}}
 }

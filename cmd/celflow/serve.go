@@ -158,7 +158,6 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		AdmissionObserver: m.AdmissionObserver(),
 		Background:        dispatchedRequest,
 		Extra:             lv.Extra,
-		HealthDetail:      lv.HealthDetail,
 		MaxConnections:    s.MaxConnections,
 		Resets:            front.ResetPolicy{Limit: s.ResetLimit, Window: s.ResetWindow, Cooldown: s.ResetCooldown},
 		Conns:             m.ConnObserver(),
@@ -170,6 +169,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 	tlsSt.options(&opts)
 	srv := front.New(opts)
 	srv.SetModels(g.models())
+	srv.SetHealthDetail(g.routeHealth)
 	m.WatchAdmission(srv.Admission())
 	log.WithFields(g.fields()).Info("workflow loaded")
 

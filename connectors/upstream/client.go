@@ -26,6 +26,7 @@ type client struct {
 	bases       *baseCache          // parsed base URLs, so a leg does not parse its URL
 	owned       map[string]struct{} // Config.OwnedHeaders, canonical; nil when none
 	health      healthHook          // SetHealthHook's function, read by the pools
+	sources     cacheSources        // SetCacheSource's sources per pool (cachesource_set.go)
 	tls         *tlsfiles.Client    // upstream.tls material; nil = crypto/tls defaults
 	// gwInflight counts gateway-mode legs per role between Pick and Done.
 	gwInflight [numRoles]atomic.Int64

@@ -47,13 +47,13 @@ type pool struct {
 	ejected       atomic.Int32 // endpoints ejected and not yet re-admitted (sweep)
 	hook          *healthHook  // the client's health hook; nil in tests that build a pool alone
 
-	// Cache-aware routing (score.go): cacheAware scores this pool's picks;
-	// source is the CacheSource installed for it (nil: the prediction
-	// index alone); scraper reads the workers' /metrics when configured.
+	// Cache-aware routing (score.go): cacheAware scores this pool's picks
+	// (by the client's CacheSource for the pool, cachesource_set.go, else
+	// the prediction index); scraper reads the workers' /metrics when
+	// configured.
 	cacheAware bool
 	routing    Routing
 	bs         int // PrefixBlockTokens
-	source     sourceBox
 	scraper    *scraper
 	stats      routeStats // the truth check's counters (truth.go)
 }

@@ -59,7 +59,7 @@ func (c *client) predictHitIn(p *pool, tokens []int64) (*Target, bool) {
 	// decides for that endpoint (the same view the cache-aware picker
 	// scores on); elsewhere the prediction index does.
 	full := len(tokens) / bs * bs
-	src := p.cacheSource()
+	src := c.cacheSourceOf(p)
 	if p.scraper != nil {
 		p.scraper.bind(c.rt)
 	}
@@ -76,8 +76,8 @@ func (c *client) predictHitIn(p *pool, tokens []int64) (*Target, bool) {
 		}
 		held, from := false, SourceIndex
 		if src != nil && !e.truth.distrusted(now) {
-			if c, ok := src.Cached(e.ep.URL, CacheKey{Tokens: tokens}); ok {
-				held, from = c >= full, SourceEvents
+			if n, ok := src.Cached(e.base, CacheKey{Tokens: tokens}); ok {
+				held, from = n >= full, SourceEvents
 			} else {
 				held = e.prefix.has(h)
 			}

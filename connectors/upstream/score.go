@@ -153,7 +153,7 @@ func (c *client) pickIn(p *pool, exclude []string, k CacheKey) *Target {
 	}
 	pr := c.newPrompt(k)
 	defer pr.free()
-	e, ri := p.chooseScored(exclude, pr)
+	e, ri := p.chooseScored(exclude, pr, c.cacheSourceOf(p))
 	t := p.take(e)
 	t.Route = ri
 	return t
@@ -197,12 +197,12 @@ func (pr *prompt) free() {
 
 // cachedOn is how many of pr's tokens e is believed to hold, capped at
 // what the worker can report, and where the belief comes from.
-func (p *pool) cachedOn(e *endpoint, pr *prompt, now int64) (int, string) {
+func (p *pool) cachedOn(e *endpoint, pr *prompt, src CacheSource, now int64) (int, string) {
 	if len(pr.key.Tokens) == 0 {
 		return 0, SourceIndex
 	}
-	if src := p.cacheSource(); src != nil && !e.truth.distrusted(now) {
-		if n, ok := src.Cached(e.ep.URL, pr.key); ok {
+	if src != nil && !e.truth.distrusted(now) {
+		if n, ok := src.Cached(e.base, pr.key); ok {
 			return max(0, min(n, pr.cacheable)), SourceEvents
 		}
 	}
@@ -223,7 +223,7 @@ type candidate struct {
 // chooseScored is choose for a cache-aware pool: the same passes (healthy
 // and not excluded; healthy; any), scoring the eligible endpoints of the
 // first pass that has one.
-func (p *pool) chooseScored(exclude []string, pr *prompt) (*endpoint, *RouteInfo) {
+func (p *pool) chooseScored(exclude []string, pr *prompt, src CacheSource) (*endpoint, *RouteInfo) {
 	now := p.now().UnixNano()
 	p.sweep(now)
 	var stack [16]candidate
@@ -231,7 +231,7 @@ func (p *pool) chooseScored(exclude []string, pr *prompt) (*endpoint, *RouteInfo
 		ok := func(e *endpoint) bool {
 			return pass == 2 || (e.healthy(now) && (pass == 1 || !e.excluded(exclude)))
 		}
-		if e, ri := p.best(ok, pr, now, stack[:0]); e != nil {
+		if e, ri := p.best(ok, pr, src, now, stack[:0]); e != nil {
 			return e, ri
 		}
 	}
@@ -240,7 +240,7 @@ func (p *pool) chooseScored(exclude []string, pr *prompt) (*endpoint, *RouteInfo
 
 // best scores the eligible endpoints in rotation order; the first of the
 // highest score wins.
-func (p *pool) best(ok func(*endpoint) bool, pr *prompt, now int64, cs []candidate) (*endpoint, *RouteInfo) {
+func (p *pool) best(ok func(*endpoint) bool, pr *prompt, src CacheSource, now int64, cs []candidate) (*endpoint, *RouteInfo) {
 	n := uint64(len(p.eps))
 	start := p.next.Add(1) - 1
 	maxLoad := 0.0
@@ -249,8 +249,8 @@ func (p *pool) best(ok func(*endpoint) bool, pr *prompt, now int64, cs []candida
 		if !ok(e) {
 			continue
 		}
-		cached, src := p.cachedOn(e, pr, now)
-		c := candidate{e: e, cached: cached, src: src, load: p.load(e, now)}
+		cached, from := p.cachedOn(e, pr, src, now)
+		c := candidate{e: e, cached: cached, src: from, load: p.load(e, now)}
 		maxLoad = max(maxLoad, c.load)
 		cs = append(cs, c)
 	}
@@ -306,27 +306,6 @@ func (t *Target) StartRelay() (end func()) {
 		}
 	}
 }
-
-// cacheSource is the pool's CacheSource, nil when none is installed.
-func (p *pool) cacheSource() CacheSource {
-	if s := p.source.Load(); s != nil {
-		return *s
-	}
-	return nil
-}
-
-// setSource installs (or, nil, removes) the pool's CacheSource.
-func (p *pool) setSource(s CacheSource) {
-	if s == nil {
-		p.source.Store(nil)
-		return
-	}
-	p.source.Store(&s)
-}
-
-// sourceBox holds a pool's CacheSource (an interface cannot be an
-// atomic.Pointer's element directly without the extra indirection).
-type sourceBox = atomic.Pointer[CacheSource]
 
 // WithDefaults is r with its defaults filled in, as New applies them (an
 // invalid value is left for New to report).

@@ -12,9 +12,12 @@ import (
 	"time"
 )
 
-// setCacheSource installs s for the named pool (tests only; the serving
-// setter is the KV-event subscriber's).
-func (c *Client) setCacheSource(pool string, s CacheSource) { c.impl.poolNamed(pool).setSource(s) }
+// setCacheSource installs s for the named pool.
+func (c *Client) setCacheSource(pool string, s CacheSource) {
+	if err := c.SetCacheSource(pool, s); err != nil {
+		panic(err)
+	}
+}
 
 // mapSource is a CacheSource from a table: base → cached tokens of any
 // prompt; a base missing from the table has no view (ok false).
@@ -129,7 +132,7 @@ func TestCacheAwareSourceFirst(t *testing.T) {
 	c.RecordPrefix(&Target{ep: p.eps[0]}, prompt)
 	// ... but the workers' events say 0 evicted it and 1 holds 128 tokens;
 	// 2 has no view (not subscribed).
-	src := &mapSource{held: map[string]int{p.eps[0].ep.URL: 0, p.eps[1].ep.URL: 128}}
+	src := &mapSource{held: map[string]int{p.eps[0].base: 0, p.eps[1].base: 128}}
 	c.setCacheSource("decode", src)
 	tg := mustPickKey(t, c, "", CacheKey{Tokens: prompt})
 	if tg.ep != p.eps[1] || tg.Route.Source != SourceEvents || tg.Route.CachedBlocks != 8 {
@@ -154,7 +157,7 @@ func TestPredictHitUsesSource(t *testing.T) {
 	if _, hit := c.PredictHit(prompt); hit {
 		t.Fatal("a hit on an empty index")
 	}
-	c.setCacheSource("decode", &mapSource{held: map[string]int{p.eps[1].ep.URL: 64}})
+	c.setCacheSource("decode", &mapSource{held: map[string]int{p.eps[1].base: 64}})
 	tg, hit := c.PredictHit(prompt)
 	if !hit || tg.ep != p.eps[1] || tg.Route == nil || tg.Route.Source != SourceEvents || tg.Route.Predicted != 48 {
 		t.Fatalf("hit %v target %+v, want a hit on endpoint 1 from events predicting 48 tokens", hit, tg)
@@ -162,7 +165,7 @@ func TestPredictHitUsesSource(t *testing.T) {
 	tg.Done(false)
 	// The source says 0 holds nothing: its index entry does not count.
 	c.RecordPrefix(&Target{ep: p.eps[0]}, prompt)
-	c.setCacheSource("decode", &mapSource{held: map[string]int{p.eps[0].ep.URL: 0}})
+	c.setCacheSource("decode", &mapSource{held: map[string]int{p.eps[0].base: 0}})
 	if tg, hit := c.PredictHit(prompt); hit {
 		t.Fatalf("hit on %s: the source said 0 holds nothing and 1 has no index entry", tg.Base)
 	}
@@ -188,7 +191,7 @@ func TestTruthMispredictingSourceDistrusted(t *testing.T) {
 	c, clk := newDirect(t, Config{Picker: pickCacheAware, Routing: Routing{MispredictWindow: 4, DistrustFor: time.Minute}}, 2, RoleDecode)
 	p := c.impl.pools[roleIndex(RoleDecode)]
 	liar := p.eps[0]
-	src := &mapSource{held: map[string]int{liar.ep.URL: 1 << 20, p.eps[1].ep.URL: 0}}
+	src := &mapSource{held: map[string]int{liar.base: 1 << 20, p.eps[1].base: 0}}
 	c.setCacheSource("decode", src)
 	for i := range 4 {
 		tg := mustPickKey(t, c, "", CacheKey{Tokens: toks(65, 20+i)})

@@ -109,8 +109,6 @@ type Options struct {
 	AdmissionObserver admission.Observer
 	// Extra is the first Live set's Extra.
 	Extra any
-	// HealthDetail is the first Live set's HealthDetail.
-	HealthDetail func() map[string]any
 	// Background, when set, marks requests that must never wait in the
 	// admission queue (the async dispatcher's): they are admitted only
 	// into spare capacity, else refused at once with 429 overloaded.
@@ -160,11 +158,6 @@ type Live struct {
 	// request's arrival with LiveExtra (the async broker's tenant header
 	// names belong to the workflow of the generation, not to the process).
 	Extra any
-	// HealthDetail, when set, adds members to GET /health's {"status":"ok"}
-	// (the workers cache-aware routing reports as mispredicting); nil or an
-	// empty map adds none. /health stays 200 either way: a detail is for
-	// the operator, not for a liveness probe.
-	HealthDetail func() map[string]any
 	// StreamWriteTimeout is read when a request arrives (0: the default,
 	// DefaultStreamWriteTimeout).
 	StreamWriteTimeout time.Duration
@@ -182,7 +175,6 @@ type live struct {
 	clientFields    ClientFields
 	adm             Admission
 	extra           any
-	healthDetail    func() map[string]any
 }
 
 func newLive(l Live) *live {
@@ -200,8 +192,7 @@ func newLive(l Live) *live {
 	}
 	l.Admission.Limits.Class = append([]int(nil), l.Admission.Limits.Class...)
 	return &live{runners: rs, maxBody: l.MaxBodyBytes, writeTimeout: l.WriteTimeout, streamWT: l.StreamWriteTimeout,
-		drainDelay: l.DrainDelay, shutdownTimeout: l.ShutdownTimeout, clientFields: l.ClientFields, adm: l.Admission, extra: l.Extra,
-		healthDetail: l.HealthDetail}
+		drainDelay: l.DrainDelay, shutdownTimeout: l.ShutdownTimeout, clientFields: l.ClientFields, adm: l.Admission, extra: l.Extra}
 }
 
 func (l *live) export() Live {
@@ -212,8 +203,7 @@ func (l *live) export() Live {
 	adm := l.adm
 	adm.Limits.Class = append([]int(nil), adm.Limits.Class...)
 	return Live{Runners: rs, MaxBodyBytes: l.maxBody, WriteTimeout: l.writeTimeout, StreamWriteTimeout: l.streamWT,
-		DrainDelay: l.drainDelay, ShutdownTimeout: l.shutdownTimeout, ClientFields: l.clientFields, Admission: adm, Extra: l.extra,
-		HealthDetail: l.healthDetail}
+		DrainDelay: l.drainDelay, ShutdownTimeout: l.shutdownTimeout, ClientFields: l.clientFields, Admission: adm, Extra: l.extra}
 }
 
 // Observation is what the front knows about one finished request.

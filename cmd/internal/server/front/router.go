@@ -33,7 +33,7 @@ func (s *Server) routes() *mux.Router {
 	if !s.separateMetrics() {
 		r.Handle(PathMetrics, s.metrics()).Methods(http.MethodGet)
 	}
-	r.HandleFunc(PathHealth, s.health).Methods(http.MethodGet) // vLLM's liveness path
+	r.HandleFunc(PathHealth, s.healthz).Methods(http.MethodGet) // vLLM's liveness path
 	r.HandleFunc(PathModels, s.listModels).Methods(http.MethodGet)
 	for _, x := range s.opts.Routes {
 		r.Handle(x.Path, s.extraRoute(x.Handler)).Methods(x.Methods...)
@@ -71,35 +71,33 @@ func cutPath(p string) string { return engine.CutUTF8(p, 256) }
 var okBody = []byte(`{"status":"ok"}`)
 
 // healthz is 200 while the process lives, draining included.
-func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	probe(w)
 	w.Header().Set("Content-Type", "application/json")
+	if f := s.health.Load(); f != nil && r.URL.Path == PathHealth {
+		if d := (*f)(); d != nil {
+			// Liveness stays 200: the detail reports parts that degrade
+			// (and fall back), not a process to restart.
+			b, err := json.Marshal(map[string]any{"status": "ok", "detail": d})
+			if err == nil {
+				_, _ = w.Write(b)
+				return
+			}
+		}
+	}
 	_, _ = w.Write(okBody)
 }
 
-// health is healthz with the live set's detail members (Live.HealthDetail).
-func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	var d map[string]any
-	if l := s.cur.Load(); l != nil && l.healthDetail != nil {
-		d = l.healthDetail()
-	}
-	if len(d) == 0 {
-		s.healthz(w, r)
+// SetHealthDetail makes GET /health answer {"status":"ok","detail":f()}
+// (when f returns non-nil) instead of {"status":"ok"}; /healthz is
+// unchanged. f must be cheap and hold no client-controlled data or internal
+// address: /health is served on the client listener. nil removes it.
+func (s *Server) SetHealthDetail(f func() any) {
+	if f == nil {
+		s.health.Store(nil)
 		return
 	}
-	probe(w)
-	m := map[string]any{"status": "ok"}
-	for k, v := range d {
-		if k != "status" {
-			m[k] = v
-		}
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		b = okBody
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(b)
+	s.health.Store(&f)
 }
 
 // readyz is 200 once serving and 503 from the start of the shutdown.

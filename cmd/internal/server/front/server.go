@@ -23,8 +23,9 @@ type Server struct {
 	log    *logrus.Logger
 	router *mux.Router
 
-	ready    atomic.Bool // /readyz answers 200
-	draining atomic.Bool // the listener is closed: new requests get 503
+	ready    atomic.Bool                // /readyz answers 200
+	health   atomic.Pointer[func() any] // /health's detail beside "status" (SetHealthDetail); nil: none
+	draining atomic.Bool                // the listener is closed: new requests get 503
 	track    tracker
 	adm      *admission.Controller // in-flight bounds and the wait queue; always counts
 
@@ -54,8 +55,7 @@ func New(opts Options) *Server {
 	}
 	s := &Server{opts: opts, log: opts.Log, limits: opts.Limits.withDefaults()}
 	s.cur.Store(newLive(Live{Runners: opts.Runners, MaxBodyBytes: opts.MaxBodyBytes, WriteTimeout: opts.WriteTimeout, StreamWriteTimeout: opts.StreamWriteTimeout,
-		DrainDelay: opts.DrainDelay, ShutdownTimeout: opts.ShutdownTimeout, ClientFields: opts.ClientFields, Admission: opts.Admission, Extra: opts.Extra,
-		HealthDetail: opts.HealthDetail}))
+		DrainDelay: opts.DrainDelay, ShutdownTimeout: opts.ShutdownTimeout, ClientFields: opts.ClientFields, Admission: opts.Admission, Extra: opts.Extra}))
 	s.adm = admission.New(AdmissionClasses, opts.Admission.Limits, opts.AdmissionObserver)
 	if s.log == nil {
 		s.log = logrus.StandardLogger()

@@ -11,8 +11,8 @@ import (
 // routing), read from the watched upstream client at scrape time: its
 // predictions by outcome and in tokens, per pool, and each scored
 // endpoint's standing. Labels stay bounded and carry no address: pools are
-// the configured ones, an endpoint is its position in its pool's list
-// ("0", "1", …); GET /health and the log name its URL. The counters live in the client, so a reload that
+// the configured ones, a worker is <pool>[<index>] as configured (as the KV
+// event series name it); the log line names its URL. The counters live in the client, so a reload that
 // builds a new client (a changed upstream section) starts them over, which
 // Prometheus reads as a counter reset.
 var (
@@ -28,11 +28,11 @@ var (
 	descRoutePrompt = prometheus.NewDesc(Namespace+"_route_prompt_tokens_total",
 		"Prompt tokens of the legs with a prediction, by pool: the prefix-cache hit rate is reported / prompt.", []string{"pool"}, nil)
 	descRouteMispredicting = prometheus.NewDesc(Namespace+"_route_mispredicting",
-		"1 while the endpoint's last upstream.routing.mispredict_window predicted hits fell below mispredict_precision, by pool and endpoint (its position in the pool's list).",
-		[]string{"pool", "endpoint"}, nil)
+		"1 while the endpoint's last upstream.routing.mispredict_window predicted hits fell below mispredict_precision, by pool and worker (<pool>[<index>]).",
+		[]string{"pool", "worker"}, nil)
 	descRoutePrecision = prometheus.NewDesc(Namespace+"_route_window_precision",
-		"Share of the predicted cached tokens the worker confirmed over the endpoint's last full window, by pool and endpoint (its position in the pool's list; absent before one).",
-		[]string{"pool", "endpoint"}, nil)
+		"Share of the predicted cached tokens the worker confirmed over the endpoint's last full window, by pool and worker (<pool>[<index>]; absent before one).",
+		[]string{"pool", "worker"}, nil)
 )
 
 type routeCollector struct{ fm *failureMetrics }
@@ -62,7 +62,7 @@ func (c routeCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descRouteCorrect, p.CorrectTokens, p.Pool)
 		counter(descRoutePrompt, p.PromptTokens, p.Pool)
 		for i, e := range p.Endpoints {
-			pos := strconv.Itoa(i)
+			pos := p.Pool + "[" + strconv.Itoa(i) + "]"
 			v := 0.0
 			if e.Mispredicting {
 				v = 1
