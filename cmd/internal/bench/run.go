@@ -205,13 +205,15 @@ func Measure(ctx context.Context, o Options) (*Results, error) {
 		return nil, err
 	}
 	progressOverload(o.Progress, r.Overload)
-	if r.Cache, err = measureCache(ctx, o, dir, start); err != nil {
-		return nil, err
-	}
 	for _, p := range procs {
 		if !p.alive() {
 			return nil, fmt.Errorf("%s died during the run", p.name)
 		}
+	}
+	// Last: the cache cell stops its own simulators and celflows after
+	// each arm (fresh caches for the next).
+	if r.Cache, err = measureCache(ctx, o, dir, start); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
