@@ -277,7 +277,10 @@ func (p *pool) best(ok func(*endpoint) bool, pr *prompt, src CacheSource, now in
 // plus the worker's running and waiting requests when scraped recently
 // enough. It may start a scrape.
 func (p *pool) load(e *endpoint, now int64) float64 {
-	l := float64(e.inflight.Load() + e.relaying.Load())
+	l := float64(e.inflight.Load())
+	if p.cacheAware { // other pickers keep today's load: legs to their headers
+		l += float64(e.relaying.Load())
+	}
 	if p.routing.MetricsInterval > 0 && p.scraper != nil {
 		p.scraper.refresh(e, now)
 		if r, w, ok := e.scraped.figures(now, p.routing.MetricsInterval); ok {

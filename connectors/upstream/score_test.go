@@ -439,3 +439,27 @@ func TestRelayCountsInLoad(t *testing.T) {
 		t.Errorf("round-robin target counted a relay: %d", n)
 	}
 }
+
+// Without cache-aware, a predicted conditional-decode hit among several
+// holders goes by legs in flight alone, as before: relays do not count.
+func TestPredictHitLoadUnchangedWithoutCacheAware(t *testing.T) {
+	c, _ := newDirect(t, Config{}, 2, RoleDecode)
+	p := c.impl.pools[roleIndex(RoleDecode)]
+	prompt := toks(32, 9)
+	for _, e := range p.eps {
+		c.RecordPrefix(&Target{ep: e}, prompt)
+	}
+	p.eps[0].relaying.Add(5)
+	seen := map[*endpoint]bool{}
+	for range 4 {
+		tg, hit := c.PredictHit(prompt)
+		if !hit {
+			t.Fatal("no hit")
+		}
+		seen[tg.ep] = true
+		tg.Done(false)
+	}
+	if len(seen) != 2 {
+		t.Errorf("holders picked: %d, want both by rotation (relays are not load without cache-aware)", len(seen))
+	}
+}
