@@ -96,15 +96,15 @@ func TestCacheAwareLoadTerm(t *testing.T) {
 	holder, other := p.eps[0], p.eps[1]
 	full := toks(161, 3) // 160 cacheable tokens
 	c.RecordPrefix(&Target{ep: holder}, full)
-	// Three legs in flight on the holder: load term 3/4 = 0.75.
+	// Three legs in flight on the holder: load term 0.5 × 3/4 = 0.375.
 	holder.inflight.Add(3)
 	defer holder.inflight.Add(-3)
 	tg := mustPickKey(t, c, "", CacheKey{Tokens: full})
 	if tg.ep != holder {
-		t.Errorf("a full hit (1.0) on a loaded holder (−0.75) lost to an idle cold endpoint")
+		t.Errorf("a full hit (1.0) on a loaded holder (−0.375) lost to an idle cold endpoint")
 	}
 	tg.Done(false)
-	// A prompt sharing only 2 of its 10 blocks with the holder: 0.2−0.75 < 0.
+	// A prompt sharing only 2 of its 10 blocks with the holder: 0.2−0.375 < 0.
 	part := append(append([]int64{}, full[:32]...), toks(129, 4)...)
 	tg = mustPickKey(t, c, "", CacheKey{Tokens: part})
 	if tg.ep != other {
@@ -281,7 +281,7 @@ func TestRoutingConfigErrors(t *testing.T) {
 		t.Errorf("unknown picker: %v", err)
 	}
 	d, err := withDefaults(base)
-	if err != nil || d.Routing.CacheWeight != 1 || d.Routing.LoadWeight != 1 || d.Routing.MispredictWindow != DefaultMispredictWindow ||
+	if err != nil || d.Routing.CacheWeight != 1 || d.Routing.LoadWeight != 0.5 || d.Routing.MispredictWindow != DefaultMispredictWindow ||
 		d.Routing.MispredictPrecision != DefaultMispredictPrecision || d.Routing.DistrustFor != DefaultDistrustFor || d.Routing.MetricsInterval != 0 {
 		t.Errorf("defaults %+v, %v", d.Routing, err)
 	}

@@ -126,6 +126,9 @@ func Defaults() Config {
 			PrefixBlockTokens:   upstream.DefaultPrefixBlockTokens,
 			PrefixIndexSize:     upstream.DefaultPrefixIndexSize,
 			TLS:                 tlsfiles.ClientConfig{ReloadInterval: DefaultTLSReloadInterval},
+
+			// Each weight keeps its default when only the other is set.
+			Routing: upstream.Routing{CacheWeight: upstream.DefaultCacheWeight, LoadWeight: upstream.DefaultLoadWeight},
 		},
 		Telemetry: Telemetry{LogLevel: "info"},
 		Async: Async{

@@ -38,6 +38,13 @@ workflow: w
 			t.Errorf("%q:\n got %s\nwant %s…", tc.yaml, diags, tc.want)
 		}
 	}
+	// One weight set keeps the other's default; 0 is a weight like another.
+	if c, diags := load(t, "upstream: {routing: {load_weight: 0}}\nworkflow: w\n", nil); c == nil || c.Upstream.Routing.CacheWeight != 1 || c.Upstream.Routing.LoadWeight != 0 {
+		t.Errorf("load_weight 0 alone: %+v %s", c, diags)
+	}
+	if c, diags := load(t, "upstream: {routing: {cache_weight: 3}}\nworkflow: w\n", nil); c == nil || c.Upstream.Routing.CacheWeight != 3 || c.Upstream.Routing.LoadWeight != 0.5 {
+		t.Errorf("cache_weight 3 alone: %+v %s", c, diags)
+	}
 	if c, diags := load(t, "workflow: w\n", map[string]string{"CELFLOW_UPSTREAM_ROUTING_CACHE_WEIGHT": "lots"}); c != nil ||
 		!strings.HasPrefix(diags, "CELFLOW_UPSTREAM_ROUTING_CACHE_WEIGHT: upstream.routing.cache_weight: ") {
 		t.Errorf("env: %s", diags)
