@@ -29,6 +29,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	reqFile := fs.String("request", "", "file holding the client request body (JSON)")
 	route := fs.String("route", "chat", "chat, completions or generate")
 	tokens := fs.Int("tokens", 16, "prompt tokens a stubbed render reports (generate uses the body's token_ids)")
+	serveCfg := fs.String("config", "", "a serve config: also say how its upstream picks workers (picker, weights; explainroute.go)")
 	traced := fs.Bool("trace", false, "also print the spans the run would emit (names and attributes, as an indented tree)")
 	var assumes listFlag
 	fs.Var(&assumes, "assume", "NODE=STATUS: an HTTP status (412, 200, 503) or succeeded, answered, failed, timed_out, panic; a comma list is one per attempt (503,200: the retry succeeds) (repeatable)")
@@ -75,6 +76,13 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		p.Headers.Add(k, strings.TrimSpace(v)) // canonical names, as net/http hands them to serve
+	}
+	var routing string
+	if *serveCfg != "" {
+		if routing, err = describeRouting(*serveCfg, os.Getenv); err != nil {
+			fmt.Fprintf(stderr, "celflow explain: --config: %v\n", err)
+			return 1
+		}
 	}
 	// The request goes through the front's own entry, the function serve runs.
 	w, ds := engine.LoadFile(files[0], engine.LoadOptions{Entry: front.Entry})
@@ -126,6 +134,9 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s %s, %s route\n", w.Name(), v, rt)
 	} else {
 		fmt.Fprintf(stdout, "%s, %s route\n", w.Name(), rt)
+	}
+	if routing != "" {
+		fmt.Fprintln(stdout, routing)
 	}
 	for _, o := range outs {
 		fmt.Fprint(stdout, o)

@@ -295,7 +295,7 @@ func (r *reloader) reload() bool {
 	}
 	r.srv.SetLive(g.live())
 	r.srv.SetModels(g.models())
-	r.srv.SetHealthDetail(g.kvHealth)
+	r.srv.SetHealthDetail(g.healthDetail)
 	r.m.WatchKVEvents(g.kv)
 	r.cur = g
 	r.m.WatchUpstream(g.up)

@@ -174,7 +174,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, getenv func(
 		return 1
 	}
 	kvLogStart(log, g)
-	srv.SetHealthDetail(g.kvHealth)
+	srv.SetHealthDetail(g.healthDetail)
 	m.WatchKVEvents(g.kv)
 	m.WatchAdmission(srv.Admission())
 	log.WithFields(g.fields()).Info("workflow loaded")

@@ -34,8 +34,12 @@ type Config struct {
 	Render string
 	// Pools, direct mode: role → endpoints.
 	Pools map[Role][]Endpoint
-	// Picker: "round-robin" (default) or "least-in-flight".
+	// Picker: "round-robin" (default), "least-in-flight" or "cache-aware"
+	// (decode and named pools scored by cached prefix and load: Routing).
 	Picker string
+	// Routing tunes the cache-aware picker and the truth check of its
+	// predictions (upstream.routing; score.go).
+	Routing Routing
 	// Passive health (direct mode): eject an endpoint after FailureThreshold
 	// consecutive transport failures or 5xx, for EjectFor. Never the last
 	// healthy endpoint of a role. Slowness never ejects.
@@ -103,9 +107,12 @@ type Target struct {
 	Base     string    // base URL without trailing slash
 	Endpoint *Endpoint // nil for the gateway
 	Host     string    // the endpoint's host (no port), for SGLang bootstrap_host
-	done     func(failed bool)
-	ep       *endpoint // the picked endpoint, nil for the gateway
-	epoch    uint32    // ep's drain epoch when picked (health.go)
+	// Route is how the cache-aware picker (or a predicted conditional-decode
+	// hit) chose this endpoint; nil when no prediction was made.
+	Route *RouteInfo
+	done  func(failed bool)
+	ep    *endpoint // the picked endpoint, nil for the gateway
+	epoch uint32    // ep's drain epoch when picked (health.go)
 }
 
 // Done releases the target: in-flight accounting and passive health

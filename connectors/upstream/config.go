@@ -89,10 +89,11 @@ func withDefaults(cfg Config) (Config, error) {
 	switch cfg.Picker {
 	case "":
 		cfg.Picker = pickRoundRobin
-	case pickRoundRobin, pickLeastInFlight:
+	case pickRoundRobin, pickLeastInFlight, pickCacheAware:
 	default:
-		bad("/picker", `must be "round-robin" or "least-in-flight", got %q`, cfg.Picker)
+		bad("/picker", `must be "round-robin", "least-in-flight" or "cache-aware", got %q`, cfg.Picker)
 	}
+	cfg.Routing = routingDefaults(cfg.Routing, bad)
 	// These keep their Go-side names in the text (callers of New without a
 	// serve config know them so); the pointer is the serve config's key.
 	at := func(key, ptr string) func(_, format string, a ...any) {

@@ -42,7 +42,7 @@ func (c *Client) PickPool(name string, exclude ...string) (*Target, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: no pool named %q", ErrNoEndpoint, name)
 	}
-	return p.take(p.choose(exclude)), nil
+	return ci.pickIn(p, exclude, CacheKey{}), nil
 }
 
 // PredictHitIn is PredictHit within a named pool (direct mode).

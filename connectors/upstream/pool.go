@@ -33,6 +33,10 @@ type endpoint struct {
 	drainEpoch atomic.Uint32
 
 	prefix *prefixIndex // decode pools only
+
+	relaying atomic.Int64 // replies of scored picks being relayed to clients (Target.StartRelay)
+	scraped  loadFigures  // the worker's own running/waiting (routing.metrics_interval)
+	truth    truthWindow  // how its recent predicted hits turned out (truth.go)
 }
 
 // pool is the endpoints of one role.
@@ -47,15 +51,34 @@ type pool struct {
 	mu            sync.Mutex   // serialises ejections (the never-last rule)
 	ejected       atomic.Int32 // endpoints ejected and not yet re-admitted (sweep)
 	hook          *healthHook  // the client's health hook; nil in tests that build a pool alone
+
+	// Cache-aware routing (score.go): cacheAware scores this pool's picks
+	// (by the client's CacheSource for the pool, cachesource_set.go, else
+	// the prediction index); scraper reads the workers' /metrics when
+	// configured.
+	cacheAware bool
+	routing    Routing
+	bs         int // PrefixBlockTokens
+	scraper    *scraper
+	stats      routeStats // the truth check's counters (truth.go)
 }
 
 func newPool(r Role, eps []Endpoint, cfg Config) *pool {
+	// A named pool may serve decode, so it is scored like decode's; the
+	// other roles' pools under cache-aware pick the least loaded.
+	scored := cfg.Picker == pickCacheAware && (r == RoleDecode || roleIndex(r) < 0)
 	p := &pool{
 		role:          r,
-		leastInFlight: cfg.Picker == pickLeastInFlight,
+		leastInFlight: cfg.Picker == pickLeastInFlight || (cfg.Picker == pickCacheAware && !scored),
 		threshold:     int32(min(cfg.FailureThreshold, 1<<30)),
 		ejectFor:      cfg.EjectFor,
 		now:           time.Now,
+		cacheAware:    scored,
+		routing:       cfg.Routing,
+		bs:            cfg.PrefixBlockTokens,
+	}
+	if scored && cfg.Routing.MetricsInterval > 0 {
+		p.scraper = newScraper(cfg.Routing.MetricsTimeout)
 	}
 	for _, ep := range eps {
 		e := &endpoint{ep: ep, base: strings.TrimRight(ep.URL, "/"), pool: p}
@@ -63,6 +86,7 @@ func newPool(r Role, eps []Endpoint, cfg Config) *pool {
 		if r == RoleDecode || roleIndex(r) < 0 { // a named pool may serve decode
 			e.prefix = newPrefixIndex(cfg.PrefixIndexSize)
 		}
+		e.truth.init(cfg.Routing.MispredictWindow)
 		p.eps = append(p.eps, e)
 	}
 	return p
@@ -81,7 +105,7 @@ func (c *client) pick(r Role, exclude []string) (*Target, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w %q", ErrNoEndpoint, r)
 	}
-	return p.take(p.choose(exclude)), nil
+	return c.pickIn(p, exclude, CacheKey{}), nil
 }
 
 // choose prefers a healthy, non-excluded endpoint; then a healthy one; then

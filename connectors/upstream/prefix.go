@@ -13,10 +13,13 @@ import (
 // decode endpoint keeps a bounded set of the names of prompts sent to it.
 //
 // Decision: a prompt is a predicted hit on an endpoint when the name of its
-// LAST FULL block is in that endpoint's index, i.e. decode would have to
-// compute at most PrefixBlockTokens-1 tokens itself. A prompt shorter than
-// one block has no full block and is a miss (vLLM caches only full blocks),
-// unless ShortPromptTokens covers it.
+// LAST FULL block is in that endpoint's index (or the pool's CacheSource
+// says the endpoint holds every full block), i.e. decode would have to
+// compute at most one block itself: the tokens after the last full block,
+// or, for a prompt of exactly k blocks, the last block, which vLLM
+// recomputes for its last token. A prompt shorter than one block has no
+// full block and is a miss (vLLM caches only full blocks), unless
+// ShortPromptTokens covers it.
 //
 // The model ignores multimodal inputs: two prompts with the same tokens but
 // different images share names. A wrong hit costs time (decode computes the
@@ -38,7 +41,9 @@ func (c *client) predictHitIn(p *pool, tokens []int64) (*Target, bool) {
 		return nil, false
 	}
 	if n := c.cfg.ShortPromptTokens; n > 0 && len(tokens) <= n {
-		return p.take(p.choose(nil)), true
+		// Nothing of it can be cached: by rotation, or by load under the
+		// cache-aware picker.
+		return c.pickIn(p, nil, CacheKey{}), true
 	}
 	bs := c.cfg.PrefixBlockTokens
 	if len(tokens) < bs {
@@ -49,26 +54,55 @@ func (c *client) predictHitIn(p *pool, tokens []int64) (*Target, bool) {
 		h = chainHash(h, tokens[i:i+bs])
 	}
 	// Every healthy endpoint that holds the prefix is a candidate, not only
-	// the next in rotation; the least loaded wins, ties by rotation.
+	// the next in rotation; the least loaded wins, ties by rotation. Where
+	// the pool's CacheSource has a trustworthy view of an endpoint, it
+	// decides for that endpoint (the same view the cache-aware picker
+	// scores on); elsewhere the prediction index does.
+	full := len(tokens) / bs * bs
+	src := c.cacheSourceOf(p)
+	if p.scraper != nil {
+		p.scraper.bind(c.rt)
+	}
 	now := p.now().UnixNano()
 	n := uint64(len(p.eps))
 	start := p.next.Add(1) - 1
 	var best *endpoint
-	var bestN int64
+	var bestN float64
+	bestSrc := SourceIndex
 	for k := range n {
 		e := p.eps[(start+k)%n]
-		if !e.healthy(now) || !e.prefix.has(h) {
+		if !e.healthy(now) {
 			continue
 		}
-		if in := e.inflight.Load(); best == nil || in < bestN {
-			best, bestN = e, in
+		held, from := false, SourceIndex
+		if src != nil && !e.truth.distrusted(now) {
+			if n, ok := src.Cached(e.base, CacheKey{Tokens: tokens}); ok {
+				held, from = n >= full, SourceEvents
+			} else {
+				held = e.prefix.has(h)
+			}
+		} else {
+			held = e.prefix.has(h)
+		}
+		if !held {
+			continue
+		}
+		if in := p.load(e, now); best == nil || in < bestN {
+			best, bestN, bestSrc = e, in, from
 		}
 	}
 	if best == nil {
 		return nil, false
 	}
-	return p.take(best), true
+	t := p.take(best)
+	predicted := min(full, (len(tokens)-1)/bs*bs)
+	t.Route = &RouteInfo{Picker: pickPredict, CachedBlocks: predicted / bs, Load: bestN, Source: bestSrc,
+		PromptTokens: len(tokens), Predicted: predicted}
+	return t, true
 }
+
+// pickPredict names a predicted conditional-decode hit in RouteInfo.
+const pickPredict = "predict"
 
 // recordPrefix stores the names of every full block of tokens in the index
 // of t's decode endpoint. No-op for the gateway, other roles, or nil tokens.
@@ -213,6 +247,32 @@ func (x *prefixIndex) add(hs []uint64) {
 		x.slot.insert(x.keys, int32(x.hand))
 		x.hand = (x.hand + 1) % x.cap
 	}
+}
+
+// longest is how many of hs, from the first, the index holds: found by
+// bisection, as add finds it (presence is prefix-closed unless eviction
+// took an early name; then it may answer less, never more than is there,
+// up to the last name it finds). It marks nothing referenced: scoring
+// reads every endpoint's index, and only the one picked is recorded to.
+func (x *prefixIndex) longest(hs []uint64) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(hs) == 0 || x.slot.n == 0 {
+		return 0
+	}
+	if _, ok := x.slot.find(x.keys, hs[len(hs)-1]); ok {
+		return len(hs)
+	}
+	lo, hi := -1, len(hs)-1 // hs[lo] present (-1: none), hs[hi] absent
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if _, ok := x.slot.find(x.keys, hs[mid]); ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo + 1
 }
 
 func (x *prefixIndex) len() int {

@@ -53,7 +53,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	rounds := fs.Int("rounds", 5, "windows per cell, interleaved across the paths (duration and warm-up are split over them)")
 	quick := fs.Bool("quick", false, "a few seconds: short cells, concurrency 1 and 16, no Go micro-benchmarks")
 	goBench := fs.String("go-bench", "auto", "Go micro-benchmarks: auto (when go is on PATH and not --quick), on, off")
-	only := fs.String("only", "", "run one cell alone and print its report section on stdout instead of writing --out: overload")
+	only := fs.String("only", "", "run one cell alone and print its report section on stdout instead of writing --out: overload, cache")
+	simBin := fs.String("sim-bin", "", "celflow-sim binary of the cache cell's simulators (default: the celflow-sim beside this executable, else on PATH)")
+	convs := fs.Int("cache-convs", DefaultCacheOptions.Convs, "cache cell: conversations (of 4 turns, 8 at a time)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -73,11 +75,18 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "celflow-bench: %v\n", err)
 		return 2
 	}
+	if *convs < 1 || *convs > 10000 {
+		fmt.Fprintf(stderr, "celflow-bench: --cache-convs %d: want 1..10000\n", *convs)
+		return 2
+	}
+	o.Cache = DefaultCacheOptions
+	o.Cache.Convs = *convs
 	if *rounds < 1 || *rounds > 100 {
 		fmt.Fprintf(stderr, "celflow-bench: --rounds %d: want 1..100\n", *rounds)
 		return 2
 	}
 	if *quick {
+		o.Cache.Convs = min(o.Cache.Convs, 24)
 		o.Warmup, o.Duration, o.Conc, o.StreamConc, o.Chunks, o.Rounds = 100*time.Millisecond, 400*time.Millisecond, []int{1, 16}, []int{1}, 5, 1
 	}
 	if o.Tools == "" {
@@ -91,6 +100,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "celflow-bench: %v\n", err)
 			return 1
 		}
+	}
+	if o.Sim = *simBin; o.Sim == "" {
+		o.Sim = toolBeside(o.Tools, "celflow-sim")
 	}
 	runGo := *goBench == "on" || (*goBench == "auto" && !*quick)
 	if *goBench != "on" && *goBench != "off" && *goBench != "auto" {
@@ -123,6 +135,19 @@ func celflowBeside(tools string) (string, error) {
 		return p, nil
 	}
 	return "", fmt.Errorf("no celflow binary beside %s nor on PATH: build it (make build) or name it with --bin", tools)
+}
+
+// toolBeside is the named tool in the same directory as tools (make build
+// puts them all in bin/), else the name, looked up on PATH when run.
+func toolBeside(tools, name string) string {
+	sib := filepath.Join(filepath.Dir(tools), name)
+	if fi, err := os.Stat(sib); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+		return sib
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	return name
 }
 
 func parseInts(s string) ([]int, error) {
@@ -242,8 +267,8 @@ func mainLoad(args []string, stdout, stderr io.Writer) int {
 
 // runOnly runs one cell (--only) and prints its section and its targets.
 func runOnly(ctx context.Context, o Options, cell string, stdout, stderr io.Writer) int {
-	if cell != "overload" {
-		fmt.Fprintf(stderr, "celflow-bench: --only %q: want overload\n", cell)
+	if cell != "overload" && cell != "cache" {
+		fmt.Fprintf(stderr, "celflow-bench: --only %q: want overload or cache\n", cell)
 		return 2
 	}
 	o.Only = cell
@@ -251,6 +276,14 @@ func runOnly(ctx context.Context, o Options, cell string, stdout, stderr io.Writ
 	if err != nil {
 		fmt.Fprintf(stderr, "celflow-bench: %v\n", err)
 		return 1
+	}
+	if cell == "cache" {
+		renderCache(stdout, res.Cache)
+		fmt.Fprintf(stdout, "| target | source | measured | result |\n|---|---|---|---|\n")
+		for _, c := range cacheChecks(res.Cache) {
+			fmt.Fprintf(stdout, "| %s | %s | %s | %s |\n", c.Target, c.Source, c.Measured, c.Verdict)
+		}
+		return 0
 	}
 	renderOverload(stdout, res.Overload)
 	fmt.Fprintf(stdout, "| target | source | measured | result |\n|---|---|---|---|\n")

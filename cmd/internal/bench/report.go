@@ -127,7 +127,7 @@ func Render(r *Results, m Machine, section string) string {
 	p("**Reproduce, profile.** `make bench` (or `bin/celflow-bench --duration 5s --conc 1,16,64`; `--quick`\n")
 	p("for a smoke run). `celflow-bench load --url URL --body small|200KB|stream` drives any server\n")
 	p("with the same generator; `celflow-bench --only overload` runs the admission cell alone and prints\n")
-	p("its section. A whole request through the front, the engine and the nodes, in\n")
+	p("its section, `--only cache` the cache-aware routing cell. A whole request through the front, the engine and the nodes, in\n")
 	p("process, for a profile: `go test ./cmd/internal/bench -run '^$' -bench 'Serve/^pd$/200KB'\n")
 	p("-cpuprofile cpu.out` (BenchmarkServe, also in the Go micro-benchmarks below).\n\n")
 
@@ -200,6 +200,7 @@ func Render(r *Results, m Machine, section string) string {
 	}
 	p("\n")
 	renderOverload(&b, r.Overload)
+	renderCache(&b, r.Cache)
 	if section == "" {
 		section = goBenchBegin + "\n## Go micro-benchmarks\n\nNot run yet: `celflow-bench` runs them when `go` is on PATH.\n" + goBenchEnd
 	}

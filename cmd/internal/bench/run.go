@@ -21,8 +21,14 @@ type Options struct {
 	Gap        time.Duration // between two events at the worker
 	Rounds     int           // windows per cell, interleaved across targets
 	Progress   io.Writer     // one line per cell
-	// Only, when "overload", runs the overload cell alone (overload.go).
+	// Only, when "overload" or "cache", runs that cell alone (overload.go,
+	// cache.go).
 	Only string
+	// Sim is the celflow-sim binary the cache cell's simulators run
+	// (default: the celflow-sim beside Tools, else on PATH).
+	Sim string
+	// Cache sizes the cache cell's workload (zero: DefaultCacheOptions).
+	Cache CacheOptions
 }
 
 // target is one thing the load generator hits.
@@ -74,6 +80,7 @@ type Results struct {
 	Cells    []Cell
 	Streams  []StreamCell
 	Overload *OverloadResult // the admission cell; nil when not run
+	Cache    *CacheResult    // the cache-aware routing cell; nil when not run
 }
 
 // Measure starts the worker, the bare proxy and one celflow per workflow,
@@ -109,6 +116,11 @@ func Measure(ctx context.Context, o Options) (*Results, error) {
 		return p, nil
 	}
 	listen := func(addr string) ([]string, error) { return []string{"--listen", addr}, nil }
+	if o.Only == "cache" {
+		r := &Results{Opts: o}
+		r.Cache, err = measureCache(ctx, o, dir, start)
+		return r, err
+	}
 	if o.Only == "overload" {
 		r := &Results{Opts: o}
 		r.Overload, err = measureOverload(ctx, o, dir, start)
@@ -197,6 +209,11 @@ func Measure(ctx context.Context, o Options) (*Results, error) {
 		if !p.alive() {
 			return nil, fmt.Errorf("%s died during the run", p.name)
 		}
+	}
+	// Last: the cache cell stops its own simulators and celflows after
+	// each arm (fresh caches for the next).
+	if r.Cache, err = measureCache(ctx, o, dir, start); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

@@ -175,7 +175,8 @@ func Checks(r *Results, gb []GoBench, m Machine) []Check {
 		bin.Verdict = verdict(m.BinBytes <= 25<<20)
 	}
 	out = append(out, bin, imageCheck(m.Image, m.ImageErr))
-	return append(out, overloadChecks(r.Overload)...)
+	out = append(out, overloadChecks(r.Overload)...)
+	return append(out, cacheChecks(r.Cache)...)
 }
 
 // ms prints a duration in milliseconds with three decimals.

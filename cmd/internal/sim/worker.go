@@ -116,6 +116,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	w.mux.HandleFunc("GET /sim/ec/{hash}", w.serveEC)
 	w.mux.HandleFunc("POST /sim/bootstrap/{room}", w.serveJoin)
 	w.mux.Handle("/sim/records", w.rec)
+	w.mux.HandleFunc("POST /sim/cache/probe", w.serveCacheProbe) // cacheprobe.go
 	w.mux.HandleFunc("GET /health", func(rw http.ResponseWriter, _ *http.Request) { rw.WriteHeader(http.StatusOK) })
 	w.mux.HandleFunc("GET /v1/models", w.models)
 	w.mux.Handle("GET /metrics", w.met.handler())

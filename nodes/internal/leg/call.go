@@ -106,7 +106,7 @@ func (cl Call) Send(ctx context.Context, x *engine.Exec, c *upstream.Client, res
 				cl.noteReroutes(res, sent, poolName)
 				return resp, t, e
 			}
-			n, pe := pick(c, cl.Role, poolName, tried)
+			n, pe := pick(c, cl.Role, poolName, tried, cacheKey(x))
 			switch {
 			case pe != nil:
 				left = 0 // this pool has nowhere to go: on to the fallback, if any
@@ -118,6 +118,7 @@ func (cl Call) Send(ctx context.Context, x *engine.Exec, c *upstream.Client, res
 			}
 		}
 		rerouted(x, t, resp, e, next, poolName)
+		noteRoute(x, next)
 		if next.Endpoint != nil {
 			noteTried(x, next.Endpoint.URL)
 		}

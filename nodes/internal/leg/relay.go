@@ -30,6 +30,7 @@ func Relay(x *engine.Exec, resp *http.Response, idle, writeTimeout time.Duration
 		return engine.Result{HTTPStatus: resp.StatusCode,
 			Err: engine.Errorf(engine.KindBadGateway, "upstream answered HTTP %d without a body: not a valid reply", resp.StatusCode)}
 	}
+	tapUsage(x, resp) // the truth check of a predicted route, and its relay in the endpoint's load (usage.go)
 	w, ok := x.Run.Answer()
 	if !ok {
 		resp.Body.Close()

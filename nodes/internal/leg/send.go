@@ -57,18 +57,12 @@ func Model(x *engine.Exec) []byte {
 
 // Pick chooses a target for role; no target is KindBadGateway.
 func Pick(c *upstream.Client, role upstream.Role) (*upstream.Target, *engine.Error) {
-	return pick(c, role, "", nil)
+	return pick(c, role, "", nil, upstream.CacheKey{})
 }
 
 // pick chooses from the named pool a target rule chose, else the role's.
-func pick(c *upstream.Client, role upstream.Role, pool string, exclude []string) (*upstream.Target, *engine.Error) {
-	var t *upstream.Target
-	var err error
-	if pool != "" {
-		t, err = c.PickPool(pool, exclude...)
-	} else {
-		t, err = c.Pick(role, exclude...)
-	}
+func pick(c *upstream.Client, role upstream.Role, pool string, exclude []string, k upstream.CacheKey) (*upstream.Target, *engine.Error) {
+	t, err := c.PickKey(role, pool, k, exclude...)
 	if err != nil {
 		what := string(role)
 		if pool != "" {
@@ -104,7 +98,7 @@ type tried struct {
 // (docs/errors.md, Upstream 503, 429 and `param`).
 func PickFor(x *engine.Exec, c *upstream.Client, role upstream.Role) (*upstream.Target, *engine.Error) {
 	if !c.Direct() || x.Run == nil {
-		return pick(c, role, pool(x), nil)
+		return pick(c, role, pool(x), nil, upstream.CacheKey{})
 	}
 	tr := triedKey.GetOrMakeIn(x.Run, x.NodeID+"/"+strconv.Itoa(x.Index), func() *tried { return &tried{} })
 	tr.mu.Lock()
@@ -113,10 +107,11 @@ func PickFor(x *engine.Exec, c *upstream.Client, role upstream.Role) (*upstream.
 	if x.Attempt > 1 {
 		exclude = tr.urls
 	}
-	t, e := pick(c, role, pool(x), exclude)
+	t, e := pick(c, role, pool(x), exclude, cacheKey(x))
 	if e == nil && t.Endpoint != nil {
 		tr.urls = append(tr.urls, t.Endpoint.URL)
 	}
+	noteRoute(x, t)
 	return t, e
 }
 
@@ -144,6 +139,10 @@ func Attrs(t *upstream.Target, l *upstream.Leg) map[string]any {
 	if t.Endpoint != nil {
 		a["celflow.endpoint"] = t.Endpoint.URL
 	}
+	if r := t.Route; r != nil { // cache-aware routing (docs/operations.md)
+		a["celflow.route.score"], a["celflow.route.cached_blocks"], a["celflow.route.load"] = r.Score, r.CachedBlocks, r.Load
+		a["celflow.route.source"] = r.Source
+	}
 	return a
 }
 
@@ -161,8 +160,13 @@ func Failed(resp *http.Response, e *engine.Error) bool {
 // PredictHit is upstream's direct-mode hit prediction within the pool x's
 // target rule chose (the decode role's when none).
 func PredictHit(x *engine.Exec, c *upstream.Client, tokens []int64) (*upstream.Target, bool) {
+	var t *upstream.Target
+	var hit bool
 	if p := pool(x); p != "" {
-		return c.PredictHitIn(p, tokens)
+		t, hit = c.PredictHitIn(p, tokens)
+	} else {
+		t, hit = c.PredictHit(tokens)
 	}
-	return c.PredictHit(tokens)
+	noteRoute(x, t)
+	return t, hit
 }

@@ -128,6 +128,9 @@ func Defaults() Config {
 			PrefixBlockTokens:   upstream.DefaultPrefixBlockTokens,
 			PrefixIndexSize:     upstream.DefaultPrefixIndexSize,
 			TLS:                 tlsfiles.ClientConfig{ReloadInterval: DefaultTLSReloadInterval},
+
+			// Each weight keeps its default when only the other is set.
+			Routing: upstream.Routing{CacheWeight: upstream.DefaultCacheWeight, LoadWeight: upstream.DefaultLoadWeight},
 		},
 		Telemetry: Telemetry{LogLevel: "info"},
 		Async: Async{
@@ -303,6 +306,13 @@ func (c *Config) decode(f *fileDoc) {
 			u.Pools[r][i] = e.Endpoint
 		}
 	}
+	keep(&u.Routing.CacheWeight, ud.Routing.CacheWeight)
+	keep(&u.Routing.LoadWeight, ud.Routing.LoadWeight)
+	keep(&u.Routing.MetricsInterval, ud.Routing.MetricsInterval)
+	keep(&u.Routing.MetricsTimeout, ud.Routing.MetricsTimeout)
+	keep(&u.Routing.MispredictWindow, ud.Routing.MispredictWindow)
+	keep(&u.Routing.MispredictPrecision, ud.Routing.MispredictPrecision)
+	keep(&u.Routing.DistrustFor, ud.Routing.DistrustFor)
 	keep(&u.FailureThreshold, ud.Health.FailureThreshold)
 	keep(&u.EjectFor, ud.Health.EjectFor)
 	keep(&u.IdleConnTimeout, ud.Connections.IdleTimeout)

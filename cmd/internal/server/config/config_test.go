@@ -91,7 +91,8 @@ workflow: /abs/wf.yaml
 		},
 		FailureThreshold: 2, EjectFor: 7 * time.Second, IdleConnTimeout: 3 * time.Second,
 		MaxIdleConnsPerHost: 64, MaxConnsPerHost: 100, ShortPromptTokens: 32, PrefixBlockTokens: 8, PrefixIndexSize: 500,
-		OwnedHeaders: []string{"x-tenant-route"}, TLS: tlsfiles.ClientConfig{ReloadInterval: DefaultTLSReloadInterval}}
+		OwnedHeaders: []string{"x-tenant-route"}, TLS: tlsfiles.ClientConfig{ReloadInterval: DefaultTLSReloadInterval},
+		Routing: upstream.Routing{CacheWeight: upstream.DefaultCacheWeight, LoadWeight: upstream.DefaultLoadWeight}}
 	if !reflect.DeepEqual(c.Trust, Trust{ClientFields: []string{"kv_transfer_params", "media_uuid"}, OwnedHeaders: []string{"x-tenant-route"}}) {
 		t.Fatalf("trust %+v", c.Trust)
 	}

@@ -64,7 +64,16 @@ type upstreamDoc struct {
 	Picker  schema.Val[string]   `json:"picker"`
 	Models  schema.Val[[]string] `json:"models"`
 	Pools   poolsDoc             `json:"pools"`
-	Health  struct {
+	Routing struct {
+		CacheWeight         schema.Val[float64]       `json:"cache_weight"`
+		LoadWeight          schema.Val[float64]       `json:"load_weight"`
+		MetricsInterval     schema.Val[time.Duration] `json:"metrics_interval"`
+		MetricsTimeout      schema.Val[time.Duration] `json:"metrics_timeout"`
+		MispredictWindow    schema.Val[int]           `json:"mispredict_window"`
+		MispredictPrecision schema.Val[float64]       `json:"mispredict_precision"`
+		DistrustFor         schema.Val[time.Duration] `json:"distrust_for"`
+	} `json:"routing"`
+	Health struct {
 		FailureThreshold schema.Val[int]           `json:"failure_threshold"`
 		EjectFor         schema.Val[time.Duration] `json:"eject_for"`
 	} `json:"health"`

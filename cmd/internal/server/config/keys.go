@@ -81,7 +81,7 @@ func kindOf(root, s map[string]any) Kind {
 	switch t := s["type"].(type) {
 	case string:
 		switch t {
-		case "integer":
+		case "integer", "number": // a number's text parses the same way
 			return KindInteger
 		case "boolean":
 			return KindBoolean

@@ -98,6 +98,7 @@ func New() *Metrics {
 	m.buildInfo = f.gaugeVec("build_info", "Always 1; labels carry the celflow version and Go version.",
 		"version", "goversion")
 	m.failures = newFailureMetrics(f)
+	f.reg.MustRegister(routeCollector{m.failures}) // route.go
 	m.adm = newAdmissionMetrics(f)
 	m.adm.priorityErrors = m.failures.celErrors.WithLabelValues("", "priority")
 	m.conns = newConnMetrics(f)

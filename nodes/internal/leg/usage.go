@@ -1,0 +1,194 @@
+package leg
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/celflow/celflow/connectors/upstream"
+	"github.com/celflow/celflow/engine"
+)
+
+// The truth check of cache-aware routing (connectors/upstream, truth.go):
+// a leg whose target carries a prediction (Target.Route) has the worker's
+// usage.prompt_tokens_details.cached_tokens read from the reply the client
+// gets, and compared with it once the reply was relayed whole. The reply
+// is not copied or parsed: each chunk relayed is searched for the member
+// name (the usage object comes last: the final SSE chunk of a stream with
+// stream_options.include_usage, the end of a JSON body), and the last 64
+// bytes of a chunk are kept so a name or number cut between two chunks is
+// still found. A reply without usage (a stream the client did not ask
+// usage for, a worker that does not report prompt_tokens_details), a
+// compressed reply, or one that broke off is not counted. The tap also
+// counts the reply in its endpoint's load while it is relayed
+// (Target.StartRelay): a stream's legs are in flight only until its
+// headers.
+
+// routedKey holds, per run, the predicted targets of its nodes' legs by
+// node and fan-out item. Only a leg with a prediction sets it, so a run
+// without one pays a failed lookup on relay and nothing else.
+var routedKey = engine.NewKey[*routed]("leg.routed")
+
+type routed struct {
+	mu sync.Mutex
+	t  map[string]*upstream.Target
+}
+
+func routeScope(x *engine.Exec) string { return x.NodeID + "/" + strconv.Itoa(x.Index) }
+
+// cacheKey is what names the run's prompt for the cache-aware picker: its
+// token ids when known (generate, or after render), nothing otherwise.
+func cacheKey(x *engine.Exec) upstream.CacheKey {
+	if x == nil || x.Run == nil || !x.Run.State.Tokens.Known {
+		return upstream.CacheKey{}
+	}
+	return upstream.CacheKey{Tokens: x.Run.State.Tokens.IDs}
+}
+
+// noteRoute remembers t as the target of x's leg when it carries a
+// prediction (a retry's pick replaces the earlier attempt's).
+func noteRoute(x *engine.Exec, t *upstream.Target) {
+	if t == nil || t.Route == nil || x == nil || x.Run == nil {
+		return
+	}
+	r := routedKey.GetOrMake(x.Run, func() *routed { return &routed{t: map[string]*upstream.Target{}} })
+	r.mu.Lock()
+	r.t[routeScope(x)] = t
+	r.mu.Unlock()
+}
+
+// tapUsage makes resp's body report the worker's cached_tokens to x's
+// predicted target when the body has been read to its end.
+func tapUsage(x *engine.Exec, resp *http.Response) {
+	if x == nil || x.Run == nil {
+		return
+	}
+	r, ok := routedKey.Get(x.Run)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	t := r.t[routeScope(x)]
+	r.mu.Unlock()
+	if t == nil {
+		return
+	}
+	// A compressed reply is counted as relaying but not searched.
+	ce := resp.Header.Get("Content-Encoding")
+	resp.Body = &usageTap{rc: resp.Body, t: t, end: t.StartRelay(), blind: ce != "" && ce != "identity"}
+}
+
+// usageTap passes a body through and finds the last cached_tokens in it.
+type usageTap struct {
+	rc     io.ReadCloser
+	t      *upstream.Target
+	end    func() // ends the relay's count in the endpoint's load
+	blind  bool   // compressed: not searched
+	carry  [tapCarry]byte
+	nc     int
+	cached int
+	found  bool
+	done   bool
+}
+
+// tapCarry is kept from the end of each chunk: more than the member name,
+// the colon and a number with any whitespace JSON writers put between.
+const tapCarry = 64
+
+// cachedName is searched for without its quotes: a pattern that starts
+// with '"', the commonest byte of JSON, makes bytes.Index fall back to its
+// brute-force search (8× slower on an SSE stream); the quotes are checked
+// around a match.
+var cachedName = []byte(`cached_tokens`)
+
+func (u *usageTap) Read(p []byte) (int, error) {
+	n, err := u.rc.Read(p)
+	if n > 0 && !u.blind {
+		u.scan(p[:n])
+	}
+	if err == io.EOF && !u.done {
+		u.done = true
+		if u.end != nil {
+			u.end()
+		}
+		if u.found {
+			u.t.ObserveCached(u.cached)
+		}
+	}
+	return n, err
+}
+
+// Close ends the relay's count too: the relay closes the body however it
+// ended.
+func (u *usageTap) Close() error {
+	if u.end != nil {
+		u.end()
+	}
+	return u.rc.Close()
+}
+
+// scan looks for the member in b, and across the boundary with the
+// previous chunk, then keeps b's last bytes.
+func (u *usageTap) scan(b []byte) {
+	if u.nc > 0 {
+		var join [2 * tapCarry]byte
+		j := append(join[:0], u.carry[:u.nc]...)
+		j = append(j, b[:min(len(b), tapCarry)]...)
+		u.find(j)
+	}
+	u.find(b)
+	if len(b) >= tapCarry {
+		u.nc = copy(u.carry[:], b[len(b)-tapCarry:])
+		return
+	}
+	// A short chunk: keep the carry's tail and the chunk.
+	keep := min(u.nc, tapCarry-len(b))
+	copy(u.carry[:], u.carry[u.nc-keep:u.nc])
+	u.nc = keep + copy(u.carry[keep:], b)
+}
+
+// find records every complete "cached_tokens": N in b (the last wins).
+func (u *usageTap) find(b []byte) {
+	for {
+		i := bytes.Index(b, cachedName)
+		if i < 0 {
+			return
+		}
+		quoted := i > 0 && b[i-1] == '"'
+		b = b[i+len(cachedName):]
+		if !quoted || len(b) == 0 || b[0] != '"' {
+			continue
+		}
+		if v, ok := memberInt(b[1:]); ok {
+			u.cached, u.found = v, true
+		}
+	}
+}
+
+// memberInt reads `: N` at the start of b; ok is false when b ends before
+// the number does (the rest is in the next chunk) or it is not a
+// non-negative integer.
+func memberInt(b []byte) (int, bool) {
+	i := 0
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	if i >= len(b) || b[i] != ':' {
+		return 0, false
+	}
+	i++
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	start := i
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	if i == start || i == len(b) || i-start > 12 {
+		return 0, false
+	}
+	v, err := strconv.Atoi(string(b[start:i]))
+	return v, err == nil
+}
