@@ -102,6 +102,8 @@ type Result struct {
 	Outputs    map[string]any // declared outputs, readable as nodes.<id>.outputs (CEL-native values)
 	// Attrs are extra span attributes the node wants recorded (endpoint, bytes, ttfb...).
 	Attrs map[string]any
+	// Failovers are the replays the node made after its leg broke (replay.go).
+	Failovers []Failover
 }
 
 // Exec is a node's view of the run for one execution. It is valid until Run
@@ -123,6 +125,7 @@ type Exec struct {
 	Target *LegTarget
 
 	ctx context.Context // the node's context across attempts (scheduler only)
+	rs  *run            // the walk, for Rerun (replay.go); nil outside one
 }
 
 // Request is the parsed client request, immutable once the run starts.

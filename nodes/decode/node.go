@@ -12,6 +12,7 @@ import (
 	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/nodes/internal/leg"
+	"github.com/celflow/celflow/nodes/internal/replay"
 )
 
 //go:embed schema.json
@@ -30,10 +31,11 @@ func init() {
 }
 
 type params struct {
-	TTFBTimeout       string `json:"ttfb_timeout"`
-	StreamIdleTimeout string `json:"stream_idle_timeout"`
-	Aggregated        bool   `json:"aggregated"`
-	KVConnector       string `json:"kv_connector"`
+	TTFBTimeout       string         `json:"ttfb_timeout"`
+	StreamIdleTimeout string         `json:"stream_idle_timeout"`
+	Aggregated        bool           `json:"aggregated"`
+	KVConnector       string         `json:"kv_connector"`
+	Failover          *replay.Params `json:"failover"`
 }
 
 // Decode is a built decode node; immutable and safe for concurrent use.
@@ -42,8 +44,9 @@ type Decode struct {
 	ttfb, idle   time.Duration
 	writeTimeout time.Duration
 	aggregated   bool
-	sglang       bool // kv-sglang: bootstrap fields instead of kv_transfer_params
-	port         int  // kv-sglang bootstrap port
+	sglang       bool          // kv-sglang: bootstrap fields instead of kv_transfer_params
+	port         int           // kv-sglang bootstrap port
+	fo           replay.Policy // the failover: block (failover.go)
 }
 
 // Build validates params and the decode target.
@@ -78,6 +81,11 @@ func Build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 		if n.port, err = kv.BootstrapPort(); err != nil {
 			add(&engine.ParamError{Path: path, Msg: err.Error()})
 		}
+	}
+	if pol, pe := replay.Build(p.Failover); pe != nil {
+		add(pe)
+	} else {
+		n.fo = pol
 	}
 	add(leg.RequireRole(b, upstream.RoleDecode))
 	switch len(errs) {

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Decode failover (issue 19) through the real serve, with real `celflow
+// sim` workers in direct pools, in their deterministic mode: a decode leg
+// cut after k tokens (the sim's cut-after fault, which counts from the
+// prompt's base so the continuation is not cut again) is continued on the
+// other decode worker, and what the client assembles is byte for byte what
+// an unbroken run of the same request gives. Chat and completions, streamed
+// and not, P/D (a fresh prefill for the continuation) and decode-only.
+
+const failoverPD = `apiVersion: celflow/v1
+kind: Workflow
+metadata: {name: pd-failover, version: "1"}
+routes: [chat, completions, generate]
+defaults: {kv_connector: kv-nixl}
+nodes:
+  - id: prefill
+    type: prefill
+  - id: decode
+    type: decode
+    needs: [prefill]
+    params:
+      failover: {attempts: 2}
+`
+
+const failoverDecodeOnly = `apiVersion: celflow/v1
+kind: Workflow
+metadata: {name: decode-failover, version: "1"}
+routes: [chat, completions, generate]
+nodes:
+  - id: decode
+    type: decode
+    params:
+      stream_idle_timeout: 5s
+      failover: {attempts: 2}
+`
+
+// failoverStack starts one prefill and two decode sims and a serve of wf.
+func failoverStack(t *testing.T, wf string, simArgs ...string) (addr string, logs *syncBuf, decodes []string) {
+	t.Helper()
+	base := append([]string{"--listen", "127.0.0.1:0", "--deterministic", "--output-tokens", "12"}, simArgs...)
+	pURL, stopP := runSimAsync(t, append(base, "--roles", "prefill", "--name", "p0")...)
+	t.Cleanup(func() { stopP() })
+	for _, name := range []string{"d0", "d1"} {
+		u, stop := runSimAsync(t, append(base, "--roles", "decode", "--name", name)...)
+		t.Cleanup(func() { stop() })
+		decodes = append(decodes, u)
+	}
+	dir := t.TempDir()
+	writeFile(t, dir, "wf.yaml", wf)
+	cfg := writeFile(t, dir, "serve.yaml", `server: {listen: "127.0.0.1:0", drain_delay: 0s, shutdown_timeout: 2s}
+upstream:
+  mode: direct
+  pools: {prefill: ["`+pURL+`"], decode: ["`+decodes[0]+`", "`+decodes[1]+`"]}
+workflow: wf.yaml
+`)
+	addr, logs = startServe(t, cfg, nil)
+	return addr, logs, decodes
+}
+
+// reply is what a client assembled from one answer.
+type reply struct {
+	status  int
+	text    string
+	ids     []string // every chunk's id (streamed) or the body's
+	finish  []string // finish_reasons seen
+	usage   []map[string]any
+	done    int // [DONE] lines
+	raw     string
+	objects []string
+}
+
+func postFailover(t *testing.T, addr, path, body, fault string) reply {
+	t.Helper()
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if fault != "" {
+		req.Header.Set("X-Sim-Fault", fault)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := reply{status: resp.StatusCode}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading the reply: %v (got %q)", err, b)
+	}
+	r.raw = string(b)
+	type choice struct {
+		Text         string  `json:"text"`
+		FinishReason *string `json:"finish_reason"`
+		Delta        struct {
+			Content *string `json:"content"`
+		} `json:"delta"`
+		Message struct {
+			Content string `json:"content"`
+		} `json:"message"`
+	}
+	type chunk struct {
+		ID      string         `json:"id"`
+		Object  string         `json:"object"`
+		Choices []choice       `json:"choices"`
+		Usage   map[string]any `json:"usage"`
+	}
+	add := func(c chunk) {
+		r.ids = append(r.ids, c.ID)
+		r.objects = append(r.objects, c.Object)
+		for _, ch := range c.Choices {
+			r.text += ch.Text + ch.Message.Content
+			if ch.Delta.Content != nil {
+				r.text += *ch.Delta.Content
+			}
+			if ch.FinishReason != nil {
+				r.finish = append(r.finish, *ch.FinishReason)
+			}
+		}
+		if c.Usage != nil {
+			r.usage = append(r.usage, c.Usage)
+		}
+	}
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		var c chunk
+		if err := json.Unmarshal(b, &c); err != nil {
+			t.Fatalf("%d %q: %v", resp.StatusCode, b, err)
+		}
+		add(c)
+		return r
+	}
+	sc := bufio.NewScanner(strings.NewReader(r.raw))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "data: ") {
+			continue
+		}
+		d := strings.TrimPrefix(line, "data: ")
+		if d == "[DONE]" {
+			r.done++
+			continue
+		}
+		var c chunk
+		if err := json.Unmarshal([]byte(d), &c); err != nil {
+			t.Fatalf("event %q: %v", d, err)
+		}
+		add(c)
+	}
+	return r
+}
+
+func TestDecodeFailoverByteIdentity(t *testing.T) {
+	for _, wf := range []struct{ name, yaml string }{{"pd", failoverPD}, {"decode-only", failoverDecodeOnly}} {
+		t.Run(wf.name, func(t *testing.T) {
+			addr, logs, _ := failoverStack(t, wf.yaml)
+			for _, tc := range []struct {
+				name, path, body string
+			}{
+				{"chat stream", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"tell me a story"}],"max_tokens":10,"stream":true,"stream_options":{"include_usage":true}}`},
+				{"chat stream no usage", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"another story"}],"stream":true}`},
+				{"completions stream", "/v1/completions", `{"model":"m","prompt":"once upon a time","max_tokens":10,"stream":true,"stream_options":{"include_usage":true}}`},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					want := postFailover(t, addr, tc.path, tc.body, "")
+					if want.status != 200 || want.text == "" {
+						t.Fatalf("unbroken run: %d %q\n%s", want.status, want.raw, logs.String())
+					}
+					for _, k := range []int{1, 4, 9} {
+						got := postFailover(t, addr, tc.path, tc.body, fmt.Sprintf("decode:cut-after=%d", k))
+						if got.status != 200 || got.text != want.text {
+							t.Fatalf("cut after %d: %d text %q, want %q\nraw %s\n%s", k, got.status, got.text, want.text, got.raw, logs.String())
+						}
+						checkOneReply(t, k, got, want)
+					}
+				})
+			}
+		})
+	}
+}
+
+// checkOneReply: one id, one finish, the same usage, one [DONE]; no token
+// ids the client did not ask for.
+func checkOneReply(t *testing.T, k int, got, want reply) {
+	t.Helper()
+	for _, id := range got.ids {
+		if id != got.ids[0] {
+			t.Fatalf("cut after %d: ids %v", k, got.ids)
+		}
+	}
+	for _, o := range got.objects {
+		if o != want.objects[0] {
+			t.Fatalf("cut after %d: objects %v, want %s", k, got.objects, want.objects[0])
+		}
+	}
+	if fmt.Sprint(got.finish) != fmt.Sprint(want.finish) || got.done != want.done {
+		t.Fatalf("cut after %d: finish %v done %d, want %v %d\n%s", k, got.finish, got.done, want.finish, want.done, got.raw)
+	}
+	if fmt.Sprint(got.usage) != fmt.Sprint(want.usage) {
+		t.Fatalf("cut after %d: usage %v, want %v", k, got.usage, want.usage)
+	}
+	if strings.Contains(got.raw, "token_ids") {
+		t.Fatalf("cut after %d: token ids reached the client: %s", k, got.raw)
+	}
+}
