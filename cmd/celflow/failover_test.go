@@ -47,26 +47,40 @@ nodes:
 `
 
 // failoverStack starts one prefill and two decode sims and a serve of wf.
-func failoverStack(t *testing.T, wf string, simArgs ...string) (addr string, logs *syncBuf, decodes []string) {
+func failoverStack(t *testing.T, wf string) (addr string, logs *syncBuf, decodes []string) {
 	t.Helper()
-	base := append([]string{"--listen", "127.0.0.1:0", "--deterministic", "--output-tokens", "12"}, simArgs...)
-	pURL, stopP := runSimAsync(t, append(base, "--roles", "prefill", "--name", "p0")...)
-	t.Cleanup(func() { stopP() })
-	for _, name := range []string{"d0", "d1"} {
-		u, stop := runSimAsync(t, append(base, "--roles", "decode", "--name", name)...)
+	return failoverStackWith(t, wf, [][]string{nil}, [][]string{nil, nil})
+}
+
+// failoverStackWith starts a prefill sim per entry of prefills and a decode
+// sim per entry of decodes (each entry: its extra flags), in deterministic
+// mode, and a serve of wf over them in direct pools.
+func failoverStackWith(t *testing.T, wf string, prefills, decodes [][]string) (addr string, logs *syncBuf, decodeURLs []string) {
+	t.Helper()
+	base := []string{"--listen", "127.0.0.1:0", "--deterministic", "--output-tokens", "12"}
+	start := func(role string, i int, extra []string) string {
+		args := append(append(append([]string{}, base...), "--roles", role, "--name", fmt.Sprintf("%s%d", role[:1], i)), extra...)
+		u, stop := runSimAsync(t, args...)
 		t.Cleanup(func() { stop() })
-		decodes = append(decodes, u)
+		return u
+	}
+	var ps []string
+	for i, extra := range prefills {
+		ps = append(ps, start("prefill", i, extra))
+	}
+	for i, extra := range decodes {
+		decodeURLs = append(decodeURLs, start("decode", i, extra))
 	}
 	dir := t.TempDir()
 	writeFile(t, dir, "wf.yaml", wf)
 	cfg := writeFile(t, dir, "serve.yaml", `server: {listen: "127.0.0.1:0", drain_delay: 0s, shutdown_timeout: 2s}
 upstream:
   mode: direct
-  pools: {prefill: ["`+pURL+`"], decode: ["`+decodes[0]+`", "`+decodes[1]+`"]}
+  pools: {prefill: ["`+strings.Join(ps, `", "`)+`"], decode: ["`+strings.Join(decodeURLs, `", "`)+`"]}
 workflow: wf.yaml
 `)
 	addr, logs = startServe(t, cfg, nil)
-	return addr, logs, decodes
+	return addr, logs, decodeURLs
 }
 
 // reply is what a client assembled from one answer.
@@ -212,5 +226,60 @@ func checkOneReply(t *testing.T, k int, got, want reply) {
 	}
 	if strings.Contains(got.raw, "token_ids") {
 		t.Fatalf("cut after %d: token ids reached the client: %s", k, got.raw)
+	}
+}
+
+// One decode worker of two resets every reply after its first bytes (a
+// half-written JSON body; a stream after its first token): every request
+// completes with the unbroken answer (computed by the healthy worker
+// alone), streamed replies continued, non-streamed ones made again; the
+// failovers are in the summary line and in celflow_failovers_total.
+func TestDecodeFailoverOneBadWorker(t *testing.T) {
+	for _, wf := range []struct{ name, yaml string }{{"pd", failoverPD}, {"decode-only", failoverDecodeOnly}} {
+		t.Run(wf.name, func(t *testing.T) {
+			addr, logs, decodes := failoverStackWith(t, wf.yaml, [][]string{nil}, [][]string{{"--fault", "decode:reset-mid-stream"}, nil})
+			host := strings.TrimPrefix(decodes[1], "http://")
+			for _, tc := range []struct{ name, path, body string }{
+				{"chat", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"tell me a story"}],"max_tokens":10}`},
+				{"completions", "/v1/completions", `{"model":"m","prompt":"once upon a time","max_tokens":10}`},
+				{"chat stream", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"tell me a story"}],"max_tokens":10,"stream":true,"stream_options":{"include_usage":true}}`},
+				{"completions stream", "/v1/completions", `{"model":"m","prompt":"once upon a time","stream":true}`},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					want := postFailover(t, host, tc.path, tc.body, "") // the healthy worker alone
+					if want.status != 200 || want.text == "" {
+						t.Fatalf("healthy worker: %d %s", want.status, want.raw)
+					}
+					for i := 0; i < 6; i++ {
+						got := postFailover(t, addr, tc.path, tc.body, "")
+						if got.status != 200 || got.text != want.text {
+							t.Fatalf("request %d: %d %q, want %q\n%s", i, got.status, got.text, want.text, logs.String())
+						}
+						checkOneReply(t, i, got, want)
+					}
+				})
+			}
+			// Both pools are picked from evenly: some of the 24 requests went
+			// to the bad worker.
+			waitFor(t, "a failover in the summary line", func() bool { return strings.Contains(logs.String(), ":failover=reset/continued") })
+			m := strings.Join(scrape(t, addr, "celflow_failover"), "\n")
+			if !strings.Contains(m, `celflow_failovers_total{node="decode",outcome="continued",reason="reset"}`) ||
+				!strings.Contains(m, `celflow_failovers_total{node="decode",outcome="continued",reason="truncated"}`) {
+				t.Fatalf("failovers not counted:\n%s", m)
+			}
+		})
+	}
+}
+
+// waitFor polls cond for up to 10 s (the front logs a request after its
+// reply went out: a client can read the reply before the line exists).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

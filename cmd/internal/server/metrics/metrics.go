@@ -52,6 +52,7 @@ type Metrics struct {
 	reloads      *prometheus.CounterVec // result
 	buildInfo    *prometheus.GaugeVec   // version, goversion
 	failures     *failureMetrics        // retries, ejections, healthy endpoints (failures.go)
+	fo           *failoverMetrics       // decode failovers (failover.go)
 	adm          *admissionMetrics      // admission.go
 	conns        *connMetrics           // conn.go
 }
@@ -97,6 +98,7 @@ func New() *Metrics {
 	m.buildInfo = f.gaugeVec("build_info", "Always 1; labels carry the celflow version and Go version.",
 		"version", "goversion")
 	m.failures = newFailureMetrics(f)
+	m.fo = newFailoverMetrics(f)
 	m.adm = newAdmissionMetrics(f)
 	m.adm.priorityErrors = m.failures.celErrors.WithLabelValues("", "priority")
 	m.conns = newConnMetrics(f)
