@@ -283,3 +283,64 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A prefill worker that answers and then loses its KV (kv-drop: a prefill
+// that died after answering) makes decode's KV pull fail; with failover on,
+// prefill runs again on the other prefill worker and decode again: every
+// request completes, and the replays are counted as kv_pull.
+func TestDecodeFailoverKVPull(t *testing.T) {
+	addr, logs, _ := failoverStackWith(t, failoverPD, [][]string{{"--fault", "prefill:kv-drop"}, nil}, [][]string{nil})
+	body := `{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":4}`
+	var want string
+	for i := 0; i < 8; i++ {
+		got := postFailover(t, addr, "/v1/chat/completions", body, "")
+		if got.status != 200 || (want != "" && got.text != want) {
+			t.Fatalf("request %d: %d %s\n%s", i, got.status, got.raw, logs.String())
+		}
+		want = got.text
+	}
+	waitFor(t, "a kv_pull failover in the summary line", func() bool { return strings.Contains(logs.String(), ":failover=kv_pull/continued") })
+	m := strings.Join(scrape(t, addr, "celflow_failovers_total"), "\n")
+	if !strings.Contains(m, `celflow_failovers_total{node="decode",outcome="continued",reason="kv_pull"}`) {
+		t.Fatalf("kv_pull not counted:\n%s", m)
+	}
+}
+
+// Requests failover cannot continue exactly end abnormally, as without
+// failover, and are counted with the refusal: guided decoding, n > 1,
+// logprobs, tools. Nothing is silently corrupted.
+func TestDecodeFailoverRefusals(t *testing.T) {
+	addr, logs, _ := failoverStack(t, failoverDecodeOnly)
+	for _, tc := range []struct{ name, extra, outcome string }{
+		{"json_object", `"response_format":{"type":"json_object"}`, "refused_guided"},
+		{"guided_regex", `"guided_regex":"[a-z]+"`, "refused_guided"},
+		{"n", `"n":2`, "refused_n"},
+		{"logprobs", `"logprobs":true,"top_logprobs":2`, "refused_logprobs"},
+		{"tools", `"tools":[{"type":"function","function":{"name":"f","parameters":{}}}]`, "refused_tools"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := `{"model":"m","messages":[{"role":"user","content":"a refusal ` + tc.name + `"}],"max_tokens":10,"stream":true,` + tc.extra + `}`
+			client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}
+			req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Sim-Fault", "decode:cut-after=3")
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil || strings.Contains(string(b), "[DONE]") {
+				t.Fatalf("the reply ended normally: %v %s", err, b)
+			}
+			if strings.Contains(string(b), "token_ids") {
+				t.Fatalf("token ids reached the client: %s", b)
+			}
+			want := `celflow_failovers_total{node="decode",outcome="` + tc.outcome + `",reason="reset"}`
+			waitFor(t, want, func() bool { return strings.Contains(strings.Join(scrape(t, addr, "celflow_failovers_total"), "\n"), want) })
+		})
+	}
+	if t.Failed() {
+		t.Log(logs.String())
+	}
+}
