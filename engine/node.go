@@ -65,6 +65,10 @@ type Contract struct {
 	// output the type does not declare is a load error. An output the node
 	// did not produce on a run reads as its type's zero value.
 	Outputs []Output
+	// Failover summarises what the node does when its leg breaks after it
+	// began answering (decode's failover: block), for explain and graph;
+	// "" for nothing. The core only shows it.
+	Failover string
 }
 
 // Output is one declared output. Type is a CEL type name: bool, int,

@@ -126,6 +126,11 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	} else {
 		fmt.Fprintf(stdout, "%s, %s route\n", w.Name(), rt)
 	}
+	for _, n := range w.Nodes() {
+		if n.Contract.Failover != "" {
+			fmt.Fprintf(stdout, "failover of %s: %s\n", n.ID, n.Contract.Failover)
+		}
+	}
 	for _, o := range outs {
 		fmt.Fprint(stdout, o)
 	}

@@ -344,3 +344,22 @@ func TestDecodeFailoverRefusals(t *testing.T) {
 		t.Log(logs.String())
 	}
 }
+
+// explain and graph (every format) show a decode node's failover policy;
+// a node without the block shows none.
+func TestFailoverShownByExplainAndGraph(t *testing.T) {
+	dir := t.TempDir()
+	wf := writeFile(t, dir, "wf.yaml", failoverPD)
+	req := writeFile(t, dir, "req.json", `{"model":"m","prompt":"x"}`)
+	const want = "attempts=2 on=reset,idle_timeout,error_event,truncated,kv_pull max_added_time=30s"
+	var out, errb strings.Builder
+	if code := runExplain([]string{wf, "--request", req, "--route", "completions"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "failover of decode: "+want) {
+		t.Fatalf("explain %d: %s%s", code, out.String(), errb.String())
+	}
+	for _, f := range []string{"json", "mermaid", "dot"} {
+		out.Reset()
+		if code := runGraph([]string{"--format", f, wf}, &out, &errb); code != 0 || !strings.Contains(out.String(), want) || strings.Count(out.String(), "attempts=2") != 1 {
+			t.Fatalf("graph %s %d: %s%s", f, code, out.String(), errb.String())
+		}
+	}
+}

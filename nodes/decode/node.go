@@ -104,6 +104,9 @@ func Build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 // metrics (nothing can read them in CEL: nothing follows decode).
 func (n *Decode) Contract() engine.Contract {
 	c := engine.Contract{Role: string(upstream.RoleDecode), Responds: true, Terminal: true, Outputs: decodeOutputs}
+	if n.fo.Enabled() {
+		c.Failover = n.fo.String()
+	}
 	if n.sglang {
 		// A kv-sglang decode meets a concurrent prefill in the run's SGLang
 		// session (either may make it): declared so the compiler sees the
