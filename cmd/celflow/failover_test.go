@@ -337,7 +337,9 @@ func TestDecodeFailoverRefusals(t *testing.T) {
 				t.Fatalf("token ids reached the client: %s", b)
 			}
 			want := `celflow_failovers_total{node="decode",outcome="` + tc.outcome + `",reason="reset"}`
-			waitFor(t, want, func() bool { return strings.Contains(strings.Join(scrape(t, addr, "celflow_failovers_total"), "\n"), want) })
+			waitFor(t, want, func() bool {
+				return strings.Contains(strings.Join(scrape(t, addr, "celflow_failovers_total"), "\n"), want)
+			})
 		})
 	}
 	if t.Failed() {
