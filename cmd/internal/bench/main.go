@@ -53,7 +53,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	rounds := fs.Int("rounds", 5, "windows per cell, interleaved across the paths (duration and warm-up are split over them)")
 	quick := fs.Bool("quick", false, "a few seconds: short cells, concurrency 1 and 16, no Go micro-benchmarks")
 	goBench := fs.String("go-bench", "auto", "Go micro-benchmarks: auto (when go is on PATH and not --quick), on, off")
-	only := fs.String("only", "", "run one cell alone and print its report section on stdout instead of writing --out: overload")
+	only := fs.String("only", "", "run one cell alone: overload (its section on stdout, --out untouched) or failover (its section rewritten in --out)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -100,6 +100,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *only == "failover" {
+		return runFailover(ctx, o, *out, stdout, stderr)
+	}
 	if *only != "" {
 		return runOnly(ctx, o, *only, stdout, stderr)
 	}
@@ -237,6 +240,25 @@ func mainLoad(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%.0f req/s, %d ok, %d errors%s\np50 %v p90 %v p99 %v max %v\n",
 		res.RPS(), res.OK, res.Errors, errNote(0, res.FirstError), res.Latency.P50, res.Latency.P90, res.Latency.P99, res.Latency.Max)
+	return 0
+}
+
+// runFailover runs the failover cell and rewrites its section in out.
+func runFailover(ctx context.Context, o Options, out string, stdout, stderr io.Writer) int {
+	cells, err := MeasureFailover(ctx, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "celflow-bench: %v\n", err)
+		return 1
+	}
+	cwd, _ := os.Getwd()
+	var b strings.Builder
+	renderFailover(&b, cells, readMachine(moduleRoot(cwd), o.Bin))
+	fmt.Fprintln(stdout, b.String())
+	if err := writeFailover(out, b.String()); err != nil {
+		fmt.Fprintf(stderr, "celflow-bench: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "wrote the failover section of %s\n", out)
 	return 0
 }
 
