@@ -305,8 +305,12 @@ func (s *Stream) passEvent(obj *jsonb.Object) ([]byte, *Break) {
 			return true
 		})
 	}
-	if nChoices == 0 && hasUsage && !bytes.Equal(usage, null) {
-		s.UsageSent = true
+	if hasUsage && !bytes.Equal(usage, null) {
+		// The usage chunk (choices: []), or vLLM's continuous_usage_stats
+		// on every chunk: a continuation's counts its own prompt and answer.
+		if nChoices == 0 {
+			s.UsageSent = true
+		}
 		if s.leg > 0 {
 			topEd().Set("usage", s.usage(usage))
 		}
@@ -402,7 +406,9 @@ func (s *Stream) convertEvent(obj *jsonb.Object) ([]byte, *Break) {
 	if empty && !done {
 		return nil, nil
 	}
-	if s.usageMember {
+	if hasUsage && !bytes.Equal(usage, null) {
+		te.Set("usage", s.usage(usage)) // continuous_usage_stats
+	} else if s.usageMember {
 		te.SetIfPresent("usage", null)
 	}
 	i := tpl.Find("choices")
