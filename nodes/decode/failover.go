@@ -209,7 +209,11 @@ func (r *replayer) stream(ctx context.Context, w http.ResponseWriter, resp *http
 func (r *replayer) next(ctx context.Context, st *replay.Stream, reason string) (*http.Response, error) {
 	at := time.Now()
 	f := engine.Failover{Reason: reason}
-	defer func() { r.res.Failovers = append(r.res.Failovers, f) }()
+	defer func() {
+		if f.Outcome != "" { // "": the client left meanwhile, nothing to count
+			r.res.Failovers = append(r.res.Failovers, f)
+		}
+	}()
 	x, in, n := r.x, r.in, r.n
 	refuse := func(outcome string) error {
 		f.Outcome = outcome
@@ -258,6 +262,10 @@ func (r *replayer) next(ctx context.Context, st *replay.Stream, reason string) (
 	pd := !n.aggregated && handoff.KV.Value(x.Run).PrefillRan
 	var lastErr error = errors.New("no attempt left")
 	for r.used < n.fo.Attempts {
+		if err := x.Run.Ctx.Err(); err != nil { // the client left: nobody to continue for
+			f.Outcome = ""
+			return nil, err
+		}
 		if n.fo.Budget > 0 && r.spent+time.Since(at) >= n.fo.Budget {
 			f.Outcome = replay.OutcomeBudget
 			return nil, errors.New("decode failover: max_added_time spent")
