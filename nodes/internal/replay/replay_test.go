@@ -244,3 +244,39 @@ func (d discardWriter) Header() http.Header         { return d.h }
 func (d discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (d discardWriter) WriteHeader(int)             {}
 func (d discardWriter) Flush()                      {}
+
+// The first leg's content events take the walk-only path: token ids are
+// cut with one separator wherever they stand, and anything unusual falls
+// back to the indexed path with the same result.
+func TestFastEvent(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"last", `{"id":"c","choices":[{"index":0,"text":" a","finish_reason":null,"token_ids":[5]}]}`,
+			`{"id":"c","choices":[{"index":0,"text":" a","finish_reason":null}]}`},
+		{"first", `{"id":"c","choices":[{"token_ids":[5], "index":0,"text":" a"}]}`,
+			`{"id":"c","choices":[{ "index":0,"text":" a"}]}`},
+		{"middle, spaces", `{"id":"c","choices":[ { "index" : 0 , "token_ids" : [5,6] , "text":" a"} ]}`,
+			`{"id":"c","choices":[ { "index" : 0  , "text":" a"} ]}`},
+		{"alone", `{"id":"c","choices":[{"token_ids":[5]}]}`, `{"id":"c","choices":[{}]}`},
+		{"no ids", `{"id":"c","choices":[{"index":0,"text":""}]}`, `{"id":"c","choices":[{"index":0,"text":""}]}`},
+		{"two choices: indexed path", `{"id":"c","choices":[{"index":0,"token_ids":[5]},{"index":1,"token_ids":[6]}]}`,
+			`{"id":"c","choices":[{"index":0},{"index":1}]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			s := NewStream(rec, engine.RouteCompletions, false, false)
+			first := `data: {"id":"c","choices":[{"index":0,"text":"","prompt_token_ids":[1]}]}` + "\n\n"
+			err := s.Pump(strings.NewReader(first + "data: " + tc.in + "\n\n"))
+			var brk *Break
+			if !errors.As(err, &brk) {
+				t.Fatalf("pump: %v", err)
+			}
+			got := strings.TrimPrefix(rec.Body.String(), `data: {"id":"c","choices":[{"index":0,"text":""}]}`+"\n\n")
+			if got != "data: "+tc.want+"\n\n" {
+				t.Fatalf("got %q\nwant %q", got, "data: "+tc.want+"\n\n")
+			}
+			if strings.Contains(tc.in, "token_ids") && len(s.Gen) == 0 {
+				t.Fatal("no ids recorded")
+			}
+		})
+	}
+}

@@ -54,6 +54,8 @@ type Stream struct {
 	Bytes              int64
 	// UpstreamBytes counts the bytes read from the legs.
 	UpstreamBytes int64
+	out           []byte       // writeEvent's buffer
+	eb            bytes.Buffer // built's
 	// FirstByte is called once per continuation, when its first event
 	// reaches the client (the stall ends); nil for none.
 	FirstByte func()
@@ -224,6 +226,11 @@ func (s *Stream) process(data []byte) ([]byte, *Break) {
 		s.Done = true
 		return data, nil
 	}
+	if !s.convert {
+		if out, ok := s.fastEvent(data); ok {
+			return out, nil
+		}
+	}
 	obj, err := jsonb.Parse(data)
 	if err != nil {
 		return nil, &Break{Reason: ReasonErrorEvent, Err: errors.New("the worker sent an event that is not a JSON object")}
@@ -237,6 +244,121 @@ func (s *Stream) process(data []byte) ([]byte, *Break) {
 		return s.convertEvent(obj)
 	}
 	return s.passEvent(obj)
+}
+
+// fastEvent is passEvent for the common event of the first leg, one
+// content chunk, read with jsonb's walk functions (no index, no editor, no
+// allocation): the hot path of a decode that does not fail. Anything else
+// (the first event, which names the reply and may carry the prompt's ids;
+// an error event; usage; several choices; a continuation) returns ok
+// false and takes the indexed path. The walk functions never read out of
+// bounds; on bytes that are not JSON they stop early and ok is false.
+func (s *Stream) fastEvent(data []byte) (out []byte, ok bool) {
+	if s.leg > 0 || s.id == nil {
+		return nil, false
+	}
+	start := jsonb.SkipWS(data, 0)
+	cs := -1
+	ok = true
+	err := jsonb.EachMember(data, start, func(f jsonb.Field) bool {
+		switch {
+		case f.KeyIs("choices"):
+			cs = f.ValStart
+		case f.KeyIs("error"), f.KeyIs("prompt_token_ids"):
+			ok = false
+		case f.KeyIs("usage"):
+			s.usageMember = true
+			if string(data[f.ValStart:f.ValEnd]) != "null" {
+				ok = false
+			}
+		}
+		return ok
+	})
+	if err != nil || !ok || cs < 0 || data[cs] != '[' {
+		return nil, false
+	}
+	n, chStart := 0, -1
+	if jsonb.EachElement(data, cs, func(vs, ve int) bool {
+		n++
+		chStart = vs
+		return n < 2
+	}) != nil || n != 1 || data[chStart] != '{' {
+		return nil, false
+	}
+	idKey, idEnd := -1, -1 // the token_ids member: its key's quote, its value's end
+	var ids, text []byte
+	finished, tool, reasoning := false, false, false
+	err = jsonb.EachMember(data, chStart, func(f jsonb.Field) bool {
+		v := data[f.ValStart:f.ValEnd]
+		switch {
+		case f.KeyIs("token_ids"):
+			idKey, idEnd, ids = f.KeyStart, f.ValEnd, v
+		case f.KeyIs("prompt_token_ids"):
+			ok = false
+		case f.KeyIs("finish_reason"):
+			finished = string(v) != "null"
+		case f.KeyIs("text"):
+			text = v
+		case f.KeyIs("delta"):
+			if len(v) == 0 || v[0] != '{' {
+				return true
+			}
+			_ = jsonb.EachMember(data, f.ValStart, func(d jsonb.Field) bool {
+				dv := data[d.ValStart:d.ValEnd]
+				switch {
+				case d.KeyIs("content"):
+					text = dv
+				case d.KeyIs("tool_calls"):
+					tool = string(dv) != "null" && string(dv) != "[]"
+				case d.KeyIs("reasoning_content"), d.KeyIs("reasoning"):
+					reasoning = reasoning || string(dv) != "null" && string(dv) != `""`
+				}
+				return true
+			})
+		}
+		return ok
+	})
+	if err != nil || !ok {
+		return nil, false
+	}
+	if ids != nil {
+		s.Gen = appendParsedIDs(s.Gen, ids)
+	} else if len(text) > 2 && string(text) != "null" {
+		s.MissingIDs = true
+	}
+	s.Finished = s.Finished || finished
+	s.Tool = s.Tool || tool
+	s.Reasoning = s.Reasoning || reasoning
+	s.Events++
+	s.template = append(s.template[:0], data...)
+	if ids == nil || s.ClientIDs {
+		return data, true
+	}
+	// Cut the member with one of its separators: the comma before it, or
+	// (first member) the one after it.
+	cut0, cut1 := idKey, idEnd
+	if j := lastNonWS(data, idKey); j >= 0 && data[j] == ',' {
+		cut0 = j
+	} else if k := jsonb.SkipWS(data, idEnd); k < len(data) && data[k] == ',' {
+		cut1 = k + 1
+	}
+	s.eb.Reset()
+	s.eb.Write(data[:cut0])
+	s.eb.Write(data[cut1:])
+	return s.eb.Bytes(), true
+}
+
+// lastNonWS is the offset of the last byte before i that is not JSON white
+// space, -1 when none.
+func lastNonWS(b []byte, i int) int {
+	for i--; i >= 0; i-- {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+		default:
+			return i
+		}
+	}
+	return -1
 }
 
 // passEvent handles an event of the client's own format: the first leg's,
@@ -322,7 +444,7 @@ func (s *Stream) passEvent(obj *jsonb.Object) ([]byte, *Break) {
 	if ed == nil {
 		return data, nil
 	}
-	return ed.Body().Bytes(), nil
+	return s.built(ed), nil
 }
 
 // noteChoice records what one choice of an event says, and strips the
@@ -608,11 +730,18 @@ func (s *Stream) FinishLength() error {
 }
 
 func (s *Stream) writeEvent(data []byte) error {
-	buf := make([]byte, 0, len(data)+8)
-	buf = append(buf, "data: "...)
-	buf = append(buf, data...)
-	buf = append(buf, "\n\n"...)
-	return s.write(buf)
+	s.out = append(s.out[:0], "data: "...)
+	s.out = append(s.out, data...)
+	s.out = append(s.out, "\n\n"...)
+	return s.write(s.out)
+}
+
+// built is an edited event, in a buffer reused from event to event (it is
+// written before the next event is read).
+func (s *Stream) built(ed *jsonb.Editor) []byte {
+	s.eb.Reset()
+	_, _ = ed.Body().WriteTo(&s.eb)
+	return s.eb.Bytes()
 }
 
 func (s *Stream) write(b []byte) error {
