@@ -73,10 +73,14 @@ func failoverStackWith(t *testing.T, wf string, prefills, decodes [][]string) (a
 	}
 	dir := t.TempDir()
 	writeFile(t, dir, "wf.yaml", wf)
+	pools := `decode: ["` + strings.Join(decodeURLs, `", "`) + `"]`
+	if len(ps) > 0 {
+		pools = `prefill: ["` + strings.Join(ps, `", "`) + `"], ` + pools
+	}
 	cfg := writeFile(t, dir, "serve.yaml", `server: {listen: "127.0.0.1:0", drain_delay: 0s, shutdown_timeout: 2s}
 upstream:
   mode: direct
-  pools: {prefill: ["`+strings.Join(ps, `", "`)+`"], decode: ["`+strings.Join(decodeURLs, `", "`)+`"]}
+  pools: {`+pools+`}
 workflow: wf.yaml
 `)
 	addr, logs = startServe(t, cfg, nil)
@@ -364,4 +368,54 @@ func TestFailoverShownByExplainAndGraph(t *testing.T) {
 			t.Fatalf("graph %s %d: %s%s", f, code, out.String(), errb.String())
 		}
 	}
+}
+
+// A decode worker that stalls mid-stream (one token, then silence longer
+// than stream_idle_timeout) is failed over for idle_timeout; workers that
+// all break every reply use up the attempts, and the reply ends abnormally,
+// counted as failed.
+func TestDecodeFailoverIdleAndExhausted(t *testing.T) {
+	const wf = `apiVersion: celflow/v1
+kind: Workflow
+metadata: {name: decode-failover, version: "1"}
+routes: [chat]
+nodes:
+  - id: decode
+    type: decode
+    params:
+      stream_idle_timeout: 300ms
+      failover: {attempts: 2, on: [idle_timeout, reset]}
+`
+	body := `{"model":"m","messages":[{"role":"user","content":"a stalled story"}],"max_tokens":8,"stream":true}`
+	t.Run("idle", func(t *testing.T) {
+		addr, logs, decodes := failoverStackWith(t, wf, nil, [][]string{{"--fault", "decode:itl=10s"}, nil})
+		want := postFailover(t, strings.TrimPrefix(decodes[1], "http://"), "/v1/chat/completions", body, "")
+		for i := 0; i < 4; i++ {
+			got := postFailover(t, addr, "/v1/chat/completions", body, "")
+			if got.status != 200 || got.text != want.text || got.done != 1 {
+				t.Fatalf("request %d: %d %q, want %q\n%s", i, got.status, got.text, want.text, logs.String())
+			}
+		}
+		waitFor(t, "an idle_timeout failover", func() bool {
+			return strings.Contains(strings.Join(scrape(t, addr, "celflow_failovers_total"), "\n"),
+				`celflow_failovers_total{node="decode",outcome="continued",reason="idle_timeout"}`)
+		})
+	})
+	t.Run("exhausted", func(t *testing.T) {
+		addr, _, _ := failoverStackWith(t, wf, nil, [][]string{{"--fault", "decode:reset-mid-stream"}, {"--fault", "decode:reset-mid-stream"}})
+		client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}
+		resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil || strings.Contains(string(b), "[DONE]") {
+			t.Fatalf("the reply ended normally: %v %s", err, b)
+		}
+		waitFor(t, "a failed failover", func() bool {
+			return strings.Contains(strings.Join(scrape(t, addr, "celflow_failovers_total"), "\n"),
+				`celflow_failovers_total{node="decode",outcome="failed",reason="reset"}`)
+		})
+	})
 }
