@@ -118,7 +118,9 @@ func (n *Decode) relayFailover(ctx context.Context, x *engine.Exec, in *bodyIn, 
 		return res
 	}
 	r := &replayer{n: n, x: x, in: in, p: p, res: &res, tried: endpoints(nil, t)}
-	if !x.Run.Req.Stream {
+	if !x.Run.Req.Stream || !upstream.IsEventStream(resp.Header.Get("Content-Type")) {
+		// A JSON reply (to a streaming request too, as the plain relay
+		// passes it) is read whole.
 		r.whole(ctx, resp)
 		return res
 	}

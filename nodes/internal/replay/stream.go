@@ -56,8 +56,8 @@ type Stream struct {
 	UpstreamBytes int64
 	out           []byte       // writeEvent's buffer
 	eb            bytes.Buffer // built's
-	// FirstByte is called once per continuation, when its first event
-	// reaches the client (the stall ends); nil for none.
+	// FirstByte, when set, is called (and cleared) when the next event
+	// goes to the client: a continuation's first (the stall ends).
 	FirstByte func()
 }
 
@@ -126,7 +126,6 @@ func (s *Stream) Pump(body io.Reader) error {
 	var ev []byte // the event being read, lines included
 	var data []byte
 	hasData := false
-	first := s.leg > 0
 	for {
 		line, err := readLine(br, &s.UpstreamBytes)
 		if len(line) > 0 {
@@ -147,10 +146,10 @@ func (s *Stream) Pump(body io.Reader) error {
 						return brk
 					}
 					if out != nil {
-						if first && s.FirstByte != nil {
-							s.FirstByte()
+						if f := s.FirstByte; f != nil {
+							s.FirstByte = nil
+							f()
 						}
-						first = false
 						if werr := s.writeEvent(out); werr != nil {
 							return werr
 						}
