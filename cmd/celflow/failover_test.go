@@ -271,6 +271,9 @@ func TestDecodeFailoverOneBadWorker(t *testing.T) {
 				!strings.Contains(m, `celflow_failovers_total{node="decode",outcome="continued",reason="truncated"}`) {
 				t.Fatalf("failovers not counted:\n%s", m)
 			}
+			if st := strings.Join(scrape(t, addr, "celflow_failover_stall_seconds_count"), ""); st == "" || strings.HasSuffix(st, " 0") {
+				t.Fatalf("no stall observed: %q", st)
+			}
 		})
 	}
 }
@@ -418,4 +421,41 @@ nodes:
 				`celflow_failovers_total{node="decode",outcome="failed",reason="reset"}`)
 		})
 	})
+}
+
+// max_added_time bounds the replays: with 5 ms and workers that take
+// 300 ms to their first token, the continuation cannot answer in time; the
+// reply ends abnormally and is counted as budget.
+func TestDecodeFailoverBudget(t *testing.T) {
+	const wf = `apiVersion: celflow/v1
+kind: Workflow
+metadata: {name: decode-failover, version: "1"}
+routes: [chat]
+nodes:
+  - id: decode
+    type: decode
+    params:
+      failover: {attempts: 3, max_added_time: 5ms}
+`
+	slow := []string{"--ttft", "300ms"}
+	addr, _, _ := failoverStackWith(t, wf, nil, [][]string{append([]string{"--fault", "decode:reset-mid-stream"}, slow...), slow})
+	body := `{"model":"m","messages":[{"role":"user","content":"a slow story"}],"max_tokens":8,"stream":true}`
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	for i := 0; i < 8; i++ { // until one request went to the breaking worker
+		resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil && strings.Contains(string(b), "[DONE]") {
+			continue // the healthy worker answered
+		}
+		waitFor(t, "a budget failover", func() bool {
+			return strings.Contains(strings.Join(scrape(t, addr, "celflow_failovers_total"), "\n"),
+				`celflow_failovers_total{node="decode",outcome="budget",reason="reset"}`)
+		})
+		return
+	}
+	t.Fatal("no request went to the breaking worker")
 }

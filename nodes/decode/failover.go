@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -144,7 +145,9 @@ type replayer struct {
 	res   *engine.Result
 	tried []string // decode endpoints whose legs broke
 	spent time.Duration
-	used  int // replays made
+	over  atomic.Bool // a continuation used up max_added_time before its first event
+	open  trace.Span  // a continuation's span until its first event, nil when none
+	used  int         // replays made
 }
 
 func endpoints(urls []string, t *upstream.Target) []string {
@@ -210,6 +213,7 @@ func (r *replayer) stream(ctx context.Context, w http.ResponseWriter, resp *http
 // spent. It records the failover.
 func (r *replayer) next(ctx context.Context, st *replay.Stream, reason string) (*http.Response, error) {
 	at := time.Now()
+	r.endOpen()
 	f := engine.Failover{Reason: reason}
 	defer func() {
 		if f.Outcome != "" { // "": the client left meanwhile, nothing to count
@@ -234,7 +238,12 @@ func (r *replayer) next(ctx context.Context, st *replay.Stream, reason string) (
 		return nil, refuse(replay.RefusedTokenIDs)
 	}
 	ctx, span := r.span(ctx, reason, st)
-	defer span.End()
+	spanOpen := true
+	defer func() {
+		if spanOpen { // not continued: the span ends here (else at the first byte)
+			span.End()
+		}
+	}()
 	var cin *bodyIn
 	var child *engine.Run
 	if st.Events == 0 {
@@ -268,7 +277,7 @@ func (r *replayer) next(ctx context.Context, st *replay.Stream, reason string) (
 			f.Outcome = ""
 			return nil, err
 		}
-		if n.fo.Budget > 0 && r.spent+time.Since(at) >= n.fo.Budget {
+		if n.fo.Budget > 0 && (r.over.Load() || r.spent+time.Since(at) >= n.fo.Budget) {
 			f.Outcome = replay.OutcomeBudget
 			return nil, errors.New("decode failover: max_added_time spent")
 		}
@@ -295,11 +304,32 @@ func (r *replayer) next(ctx context.Context, st *replay.Stream, reason string) (
 		if st.Events > 0 {
 			st.Continue()
 		}
-		st.FirstByte = func() {
-			f.Stall = time.Since(at)
-			r.spent += f.Stall
-			span.SetAttributes(attribute.Float64("celflow.failover.stall_ms", float64(f.Stall.Microseconds())/1000))
+		// max_added_time holds until the continuation's first event reaches
+		// the client: a worker that answers its headers and then nothing is
+		// cut off when the budget runs out (the next break finds it spent).
+		var timer *time.Timer
+		if n.fo.Budget > 0 {
+			left := max(n.fo.Budget-r.spent-time.Since(at), time.Millisecond)
+			body := resp.Body
+			timer = time.AfterFunc(left, func() {
+				r.over.Store(true)
+				body.Close()
+			})
 		}
+		idx := len(r.res.Failovers) // where the deferred record lands
+		r.open = span
+		st.FirstByte = func() {
+			r.open = nil
+			if timer != nil {
+				timer.Stop()
+			}
+			stall := time.Since(at)
+			r.spent += stall
+			r.res.Failovers[idx].Stall = stall
+			span.SetAttributes(attribute.Float64("celflow.failover.stall_ms", float64(stall.Microseconds())/1000))
+			span.End()
+		}
+		spanOpen = false
 		f.Outcome = replay.OutcomeContinued
 		return resp, nil
 	}
@@ -357,8 +387,18 @@ func (r *replayer) span(ctx context.Context, reason string, st *replay.Stream) (
 			attribute.Int("celflow.failover.attempt", r.used+1)))
 }
 
-// done records a reply that completed.
+// endOpen ends the span of a continuation that broke before its first
+// event.
+func (r *replayer) endOpen() {
+	if r.open != nil {
+		r.open.End()
+		r.open = nil
+	}
+}
+
+// done records a reply that completed (or, from abort, ended).
 func (r *replayer) done(st *replay.Stream) {
+	r.endOpen()
 	r.res.Attrs["celflow.bytes_relayed"] = st.Bytes
 	if len(r.res.Failovers) > 0 {
 		r.res.Attrs["celflow.failovers"] = len(r.res.Failovers)
