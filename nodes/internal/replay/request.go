@@ -32,6 +32,13 @@ func Check(route engine.Route, obj *jsonb.Object, media int) string {
 			return RefusedN
 		}
 	}
+	// A completions prompt that is a list of prompts (strings or id lists)
+	// is a batch: one choice per prompt.
+	if v := get("prompt"); route == engine.RouteCompletions && v != nil && v[0] == '[' {
+		if i := jsonb.SkipWS(v, 1); i < len(v) && (v[i] == '"' || v[i] == '[') {
+			return RefusedN
+		}
+	}
 	// Guided decoding: its grammar state would restart at the break, so the
 	// continuation could leave the grammar (Dynamo refuses it too).
 	if v := get("response_format"); v != nil {
