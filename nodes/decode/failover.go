@@ -268,6 +268,9 @@ func (r *replayer) next(ctx context.Context, st *replay.Stream, reason string) (
 			Header: x.Run.Req.Header, Body: b, Model: x.Run.Req.Model, Stream: true}, nil)
 		child.State.Tokens = tok
 		child.Deadline = x.Run.Deadline
+		if h := leg.OwnedHeaders.Value(x.Run); h != nil { // the async broker's objective and fairness id
+			leg.OwnedHeaders.Set(child, h)
+		}
 	}
 	cin.TokenIDs = r.p.ids
 	pd := !n.aggregated && handoff.KV.Value(x.Run).PrefillRan
