@@ -441,10 +441,18 @@ const wholeLimit = 64 << 20
 // on another worker, and the client sees one answer.
 func (r *replayer) whole(ctx context.Context, resp *http.Response) {
 	x, n := r.x, r.n
+	var st *replay.Stream // the replay's bookkeeping (nothing is streamed)
+	defer r.endOpen()
 	for {
 		b, err := upstream.ReadBody(resp, wholeLimit)
 		if err == nil && !jsonb.Valid(b) {
 			err = errors.New("the reply is not JSON")
+		}
+		if err == nil && st != nil && st.FirstByte != nil {
+			// The made-again reply is whole: its stall ends here.
+			f := st.FirstByte
+			st.FirstByte = nil
+			f()
 		}
 		if err == nil {
 			w, ok := x.Run.Answer()
@@ -488,7 +496,7 @@ func (r *replayer) whole(ctx context.Context, resp *http.Response) {
 			reason = replay.ReasonIdle
 		}
 		leg.Log(x).WithError(err).Info("decode failover: the decode reply broke before it was whole")
-		st := replay.NewStream(nil, x.Run.Req.Route, false, false) // nothing went out
+		st = replay.NewStream(nil, x.Run.Req.Route, false, false) // nothing went out
 		next, ferr := r.next(ctx, st, reason)
 		if ferr != nil {
 			e := engine.Errorf(engine.KindBadGateway, "the decode reply broke off and failover could not complete it")
