@@ -7,6 +7,11 @@ import (
 	"sync"
 	"testing"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/celflow/celflow/engine"
 )
 
@@ -73,11 +78,7 @@ func (c rerunCaller) Run(ctx context.Context, x *engine.Exec) engine.Result {
 var rerunOnce sync.Once
 var rerunSeenNow = &rerunSeen{}
 
-// Exec.Rerun runs the node that provided a key again, as its next attempt,
-// on the run it is given (a replacement or the same), reports its error
-// with the node's id, and finds nothing to re-run for a key nobody
-// provided.
-func TestExecRerun(t *testing.T) {
+func registerRerun() {
 	rerunOnce.Do(func() {
 		engine.Register(engine.NodeType{Name: "t-rerun-provider", Schema: []byte(`{"type":"object"}`),
 			Build: func(*engine.BuildContext, json.RawMessage) (engine.Node, error) { return rerunProvider{}, nil }})
@@ -86,7 +87,55 @@ func TestExecRerun(t *testing.T) {
 				return rerunCaller{seen: rerunSeenNow}, nil
 			}})
 	})
-	w := load(t, "nodes:\n  - id: p\n    type: t-rerun-provider\n  - id: c\n    type: t-rerun-caller\n    needs: [p]\n")
+}
+
+const rerunFlow = "nodes:\n  - id: p\n    type: t-rerun-provider\n  - id: c\n    type: t-rerun-caller\n    needs: [p]\n"
+
+// Each re-run is a span "<node> (replay)", a child of the caller's span,
+// linked to the node's original span; a failed re-run's span is an error.
+func TestExecRerunSpans(t *testing.T) {
+	registerRerun()
+	rec := tracetest.NewSpanRecorder()
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+	defer otel.SetTracerProvider(prev)
+	w := load(t, rerunFlow)
+	run := engine.NewRun(context.Background(), &engine.Request{ID: "r", Route: engine.RouteChat, Body: []byte(`{"original":1}`)}, httptest.NewRecorder())
+	if rep := w.Serve(run); rep.Err != nil {
+		t.Fatal(rep.Err)
+	}
+	byName := map[string][]sdktrace.ReadOnlySpan{}
+	for _, s := range rec.Ended() {
+		byName[s.Name()] = append(byName[s.Name()], s)
+	}
+	p, c, replays := byName["p"], byName["c"], byName["p (replay)"]
+	if len(p) != 1 || len(c) != 1 || len(replays) != 3 {
+		t.Fatalf("spans: %v", byName)
+	}
+	failed := 0
+	for _, s := range replays {
+		if s.Parent().SpanID() != c[0].SpanContext().SpanID() {
+			t.Fatalf("replay span's parent %v, want c", s.Parent().SpanID())
+		}
+		if l := s.Links(); len(l) != 1 || l[0].SpanContext.SpanID() != p[0].SpanContext().SpanID() {
+			t.Fatalf("replay span's links %v, want p", l)
+		}
+		if s.Status().Code == codes.Error {
+			failed++
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("%d failed replay spans, want 1", failed)
+	}
+}
+
+// Exec.Rerun runs the node that provided a key again, as its next attempt,
+// on the run it is given (a replacement or the same), reports its error
+// with the node's id, and finds nothing to re-run for a key nobody
+// provided.
+func TestExecRerun(t *testing.T) {
+	registerRerun()
+	w := load(t, rerunFlow)
 	rec := httptest.NewRecorder()
 	run := engine.NewRun(context.Background(), &engine.Request{ID: "r", Route: engine.RouteChat, Body: []byte(`{"original":1}`)}, rec)
 	rep := w.Serve(run)
