@@ -44,9 +44,6 @@ func (n *Decode) plan(x *engine.Exec, in *bodyIn) foPlan {
 	if n.sglang {
 		return foPlan{refused: replay.RefusedSGLang}
 	}
-	if in.Route == engine.RouteGenerate {
-		return foPlan{refused: replay.RefusedRoute}
-	}
 	if !x.Run.Req.Stream {
 		return foPlan{on: true}
 	}
@@ -58,7 +55,7 @@ func (n *Decode) plan(x *engine.Exec, in *bodyIn) foPlan {
 		}
 	}
 	p := foPlan{on: true, refused: replay.Check(in.Route, obj, len(in.Media))}
-	p.ids = p.refused == ""
+	p.ids = p.refused == "" && in.Route != engine.RouteGenerate // generate always answers ids
 	return p
 }
 
@@ -263,8 +260,12 @@ func (r *replayer) next(ctx context.Context, st *replay.Stream, reason string) (
 			return nil, err
 		}
 		tok := engine.Tokens{Known: true, FromRender: true, IDs: ids}
-		cin = &bodyIn{Route: engine.RouteCompletions, Body: b, Obj: obj, Tokens: tok}
-		child = engine.NewRun(x.Run.Ctx, &engine.Request{ID: x.Run.Req.ID, Route: engine.RouteCompletions,
+		route := engine.RouteCompletions // chat and completions continue as completions
+		if in.Route == engine.RouteGenerate {
+			route = engine.RouteGenerate
+		}
+		cin = &bodyIn{Route: route, Body: b, Obj: obj, Tokens: tok}
+		child = engine.NewRun(x.Run.Ctx, &engine.Request{ID: x.Run.Req.ID, Route: route,
 			Header: x.Run.Req.Header, Body: b, Model: x.Run.Req.Model, Stream: true}, nil)
 		child.State.Tokens = tok
 		child.Deadline = x.Run.Deadline

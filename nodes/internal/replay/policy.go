@@ -44,7 +44,6 @@ const (
 	RefusedTokenIDs  = "refused_no_token_ids"
 	RefusedMedia     = "refused_media"  // multimodal: a token-id prompt cannot carry the features
 	RefusedSGLang    = "refused_sglang" // kv-sglang: no token-id continuation path
-	RefusedRoute     = "refused_route"  // the generate route
 )
 
 // Policy is a decode node's `failover:` block.

@@ -51,7 +51,12 @@ func TestCheck(t *testing.T) {
 		{"tools none", engine.RouteChat, `{"tools":[{"type":"function"}],"tool_choice":"none"}`, 0, ""},
 		{"empty tools", engine.RouteChat, `{"tools":[]}`, 0, ""},
 		{"media", engine.RouteChat, `{}`, 1, RefusedMedia},
-		{"generate", engine.RouteGenerate, `{}`, 0, RefusedRoute},
+		{"generate", engine.RouteGenerate, `{"token_ids":[1,2],"sampling_params":{"max_tokens":4,"temperature":0}}`, 0, ""},
+		{"generate no sampling_params", engine.RouteGenerate, `{"token_ids":[1,2]}`, 0, ""},
+		{"generate n", engine.RouteGenerate, `{"sampling_params":{"n":2}}`, 0, RefusedN},
+		{"generate logprobs", engine.RouteGenerate, `{"sampling_params":{"logprobs":1}}`, 0, RefusedLogprobs},
+		{"generate guided", engine.RouteGenerate, `{"sampling_params":{"structured_outputs":{"json":{}}}}`, 0, RefusedGuided},
+		{"generate media", engine.RouteGenerate, `{}`, 2, RefusedMedia},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Check(tc.route, parse(t, tc.body), tc.media); got != tc.want {
@@ -85,6 +90,10 @@ func TestContinuation(t *testing.T) {
 		{"completions default max", engine.RouteCompletions, `{"prompt":"a","stream":true}`, 2,
 			`{"prompt":[1,200,300,7,8],"stream":true,"max_tokens":14,"return_token_ids":true}`, true},
 		{"budget spent", engine.RouteCompletions, `{"prompt":"a","max_tokens":2,"stream":true}`, 2, ``, false},
+		{"generate", engine.RouteGenerate, `{"token_ids":[1,200,300],"sampling_params":{"max_tokens":6,"min_tokens":3,"temperature":0},"stream":true}`, 2,
+			`{"token_ids":[1,200,300,7,8],"sampling_params":{"max_tokens":4,"min_tokens":1,"temperature":0},"stream":true}`, true},
+		{"generate default max", engine.RouteGenerate, `{"token_ids":[1],"stream":true}`, 2,
+			`{"token_ids":[1,200,300,7,8],"stream":true,"sampling_params":{"max_tokens":14}}`, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, left := Continuation(tc.route, []byte(tc.body), parse(t, tc.body), ids, tc.gen, nil)

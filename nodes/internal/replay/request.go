@@ -14,11 +14,20 @@ import (
 // call or reasoning in flight, a worker without token ids) is judged when
 // the leg breaks.
 func Check(route engine.Route, obj *jsonb.Object, media int) string {
-	if route == engine.RouteGenerate {
-		return RefusedRoute
-	}
 	if media > 0 {
 		return RefusedMedia
+	}
+	if route == engine.RouteGenerate {
+		// Tokens in, tokens out: the sampling parameters are one object.
+		sp, ok := obj.Get("sampling_params")
+		if !ok || bytes.Equal(sp, null) {
+			return ""
+		}
+		spObj, err := jsonb.ObjectAt(sp, jsonb.SkipWS(sp, 0))
+		if err != nil {
+			return ""
+		}
+		return Check(engine.RouteCompletions, spObj, 0)
 	}
 	get := func(k string) []byte {
 		v, ok := obj.Get(k)
@@ -115,6 +124,9 @@ const completionsDefaultMax = 16
 // client's). left is false when the budget is already spent (the reply
 // ends with finish_reason "length" without another leg).
 func Continuation(route engine.Route, body []byte, obj *jsonb.Object, ids []int64, generated int, model []byte) (out []byte, left bool) {
+	if route == engine.RouteGenerate {
+		return generateContinuation(body, obj, ids, generated, model)
+	}
 	ed := jsonb.NewEditor(body)
 	oe := ed.In(obj)
 	maxRaw, hasMax := obj.Get("max_tokens")
@@ -191,4 +203,43 @@ func appendIDs(b []byte, ids []int64) []byte {
 		b = strconv.AppendInt(b, id, 10)
 	}
 	return append(b, ']')
+}
+
+// generateContinuation is Continuation for the generate route: the same
+// route, token_ids replaced, sampling_params' max_tokens and min_tokens
+// reduced (vLLM's SamplingParams default of 16 when it sets none).
+func generateContinuation(body []byte, obj *jsonb.Object, ids []int64, generated int, model []byte) ([]byte, bool) {
+	ed := jsonb.NewEditor(body)
+	oe := ed.In(obj)
+	oe.Set("token_ids", appendIDs(make([]byte, 0, 7*len(ids)+2), ids))
+	if model != nil {
+		oe.Set("model", model)
+	}
+	sp, ok := oe.Object("sampling_params")
+	if !ok {
+		return nil, false
+	}
+	var spObj *jsonb.Object
+	if raw, ok := obj.Get("sampling_params"); ok && !bytes.Equal(raw, null) {
+		spObj, _ = jsonb.ObjectAt(raw, jsonb.SkipWS(raw, 0))
+	}
+	m := int64(completionsDefaultMax)
+	if spObj != nil {
+		if v, ok := spObj.Get("max_tokens"); ok && !bytes.Equal(v, null) {
+			if x, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+				m = x
+			}
+		}
+		if v, ok := spObj.Get("min_tokens"); ok && !bytes.Equal(v, null) {
+			if x, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+				sp.Set("min_tokens", strconv.AppendInt(nil, max(x-int64(generated), 0), 10))
+			}
+		}
+	}
+	rest := m - int64(generated)
+	if rest < 1 {
+		return nil, false
+	}
+	sp.Set("max_tokens", strconv.AppendInt(nil, rest, 10))
+	return ed.Body().Bytes(), true
 }

@@ -61,9 +61,19 @@ type Stream struct {
 	FirstByte func()
 }
 
-// NewStream starts a stream to w for a request of route.
+// NewStream starts a stream to w for a request of route. The generate
+// route's replies are token ids: they are never stripped.
 func NewStream(w http.ResponseWriter, route engine.Route, clientIDs, includeUsage bool) *Stream {
+	clientIDs = clientIDs || route == engine.RouteGenerate
 	return &Stream{Route: route, ClientIDs: clientIDs, IncludeUsage: includeUsage, w: w, rc: http.NewResponseController(w)}
+}
+
+// idKey is the member that names the reply: generate's request_id, else id.
+func (s *Stream) idKey() string {
+	if s.Route == engine.RouteGenerate {
+		return "request_id"
+	}
+	return "id"
 }
 
 // Start writes the reply's status and headers from the first leg's answer
@@ -379,14 +389,23 @@ func (s *Stream) passEvent(obj *jsonb.Object) ([]byte, *Break) {
 		return top
 	}
 	if s.id == nil {
-		s.id, _ = obj.Get("id")
+		s.id, _ = obj.Get(s.idKey())
 		s.created, _ = obj.Get("created")
 		s.model, _ = obj.Get("model")
 		s.id, s.created, s.model = clone(s.id), clone(s.created), clone(s.model)
+		if s.id == nil {
+			s.id = []byte{} // none: still known
+		}
 	} else if s.leg > 0 {
-		topEd().SetIfPresent("id", s.id)
-		topEd().SetIfPresent("created", s.created)
-		topEd().SetIfPresent("model", s.model)
+		if len(s.id) > 0 {
+			topEd().SetIfPresent(s.idKey(), s.id)
+		}
+		if len(s.created) > 0 {
+			topEd().SetIfPresent("created", s.created)
+		}
+		if len(s.model) > 0 {
+			topEd().SetIfPresent("model", s.model)
+		}
 	}
 	if v, ok := obj.Get("prompt_token_ids"); ok { // chat: the first event
 		s.notePrompt(v)
