@@ -22,7 +22,7 @@ func (rs *run) launch(i int, items []any, delay time.Duration) {
 	x := &rs.execs[i]
 	if x.Attempt == 0 {
 		// x is zero (a fresh or cleared scratch): set what differs.
-		x.Run, x.NodeID, x.Index, x.Span = rs.r, n.id, -1, noopSpan
+		x.Run, x.NodeID, x.Index, x.Span, x.rs = rs.r, n.id, -1, noopSpan, rs
 		ctx := rs.ctx
 		if rs.tracer != nil {
 			var sp = noopSpan
@@ -198,6 +198,7 @@ func (rs *run) complete(c *completion) {
 	o := &rs.out[i]
 	o.Status, o.Err, o.Reason = c.status, c.err, c.reason
 	o.HTTPStatus, o.Header, o.Outputs, o.Items = c.res.HTTPStatus, c.res.Header, c.res.Outputs, c.items
+	o.Failovers = c.res.Failovers
 	o.Attempt = rs.execs[i].Attempt
 	if o.Attempt == 1 && rs.tracer == nil {
 		o.Start = c.start

@@ -72,6 +72,10 @@ type Contract struct {
 	// output the type does not declare is a load error. An output the node
 	// did not produce on a run reads as its type's zero value.
 	Outputs []Output
+	// Failover summarises what the node does when its leg breaks after it
+	// began answering (decode's failover: block), for explain and graph;
+	// "" for nothing. The core only shows it.
+	Failover string
 }
 
 // Output is one declared output. Type is a CEL type name: bool, int,
@@ -109,6 +113,8 @@ type Result struct {
 	Outputs    map[string]any // declared outputs, readable as nodes.<id>.outputs (CEL-native values)
 	// Attrs are extra span attributes the node wants recorded (endpoint, bytes, ttfb...).
 	Attrs map[string]any
+	// Failovers are the replays the node made after its leg broke (replay.go).
+	Failovers []Failover
 }
 
 // Exec is a node's view of the run for one execution. It is valid until Run
@@ -130,6 +136,7 @@ type Exec struct {
 	Target *LegTarget
 
 	ctx context.Context // the node's context across attempts (scheduler only)
+	rs  *run            // the walk, for Rerun (replay.go); nil outside one
 }
 
 // Request is the parsed client request, immutable once the run starts.

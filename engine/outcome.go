@@ -51,6 +51,7 @@ type Outcome struct {
 	Retries    []AttemptFailure // attempts that failed and were retried, in order (retrylog.go)
 	CELErrors  []CELError       // its expressions that failed at run time, in order (celerror.go)
 	Note       string           // explain only: what the node type says of itself (Noter)
+	Failovers  []Failover       // replays after its leg broke mid-reply, in order (replay.go)
 }
 
 // Report is what a run leaves behind, for logs, metrics and `celflow demo`.

@@ -138,6 +138,11 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	if routing != "" {
 		fmt.Fprintln(stdout, routing)
 	}
+	for _, n := range w.Nodes() {
+		if n.Contract.Failover != "" {
+			fmt.Fprintf(stdout, "failover of %s: %s\n", n.ID, n.Contract.Failover)
+		}
+	}
 	for _, o := range outs {
 		fmt.Fprint(stdout, o)
 	}

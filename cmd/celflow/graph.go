@@ -61,6 +61,9 @@ func nodeLines(n engine.NodeInfo) []string {
 	if n.JoinAny {
 		l = append(l, "join: any")
 	}
+	if n.Contract.Failover != "" {
+		l = append(l, "failover: "+n.Contract.Failover)
+	}
 	return l
 }
 
@@ -153,6 +156,7 @@ type graphNode struct {
 	Role        string `json:"role,omitempty"`
 	Attempts    int    `json:"attempts,omitempty"`
 	Timeout     string `json:"timeout,omitempty"`
+	Failover    string `json:"failover,omitempty"` // decode's failover: policy
 }
 
 type graphEdge struct {
@@ -184,6 +188,7 @@ func graphOf(w *engine.Workflow) graphJSON {
 		if n.Timeout > 0 {
 			gn.Timeout = n.Timeout.String()
 		}
+		gn.Failover = n.Contract.Failover
 		g.Nodes = append(g.Nodes, gn)
 		if len(n.Needs) == 0 {
 			g.Edges = append(g.Edges, graphEdge{From: "request", To: n.ID})

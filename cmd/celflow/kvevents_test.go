@@ -50,6 +50,8 @@ func completeTokens(t *testing.T, addr string, ids []int) {
 	}
 }
 
+// waitFor polls cond for up to 20 s (the front logs a request after its
+// reply went out; a subscriber applies events after the sim sent them).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)

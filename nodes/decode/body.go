@@ -20,6 +20,9 @@ type bodyIn struct {
 	KV     json.RawMessage    // prepared decode kv_transfer_params; nil: none (no prefill ran, aggregated)
 	Boot   *handoff.Bootstrap // kv-sglang fields, nil otherwise
 	Model  []byte             // a target rule's model (JSON string), nil: the client's
+	// TokenIDs asks the worker for return_token_ids (decode failover: the
+	// continuation's prompt is built from them); chat and completions only.
+	TokenIDs bool
 }
 
 // build edits the client body for the decode leg. It never adds
@@ -64,6 +67,9 @@ func build(in *bodyIn) (*jsonb.Body, *engine.Error) {
 		}
 		return ed.Body(), nil
 	}
+	if in.TokenIDs {
+		oe.Set("return_token_ids", trueJSON)
+	}
 	if in.Boot != nil {
 		leg.SetBootstrap(oe, in.Boot.Host, in.Boot.Port, in.Boot.Room)
 	} else if in.KV != nil {
@@ -71,6 +77,8 @@ func build(in *bodyIn) (*jsonb.Body, *engine.Error) {
 	}
 	return ed.Body(), nil
 }
+
+var trueJSON = []byte("true")
 
 // setUUIDs gives each media part with a hash `uuid` = that hash, replacing a
 // client uuid; the part's URL is left as it is. State.Media holds the part

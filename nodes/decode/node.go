@@ -14,6 +14,7 @@ import (
 	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/nodes/internal/leg"
+	"github.com/celflow/celflow/nodes/internal/replay"
 )
 
 //go:embed schema.json
@@ -32,11 +33,12 @@ func init() {
 }
 
 type params struct {
-	TTFBTimeout       string    `json:"ttfb_timeout"`
-	StreamIdleTimeout string    `json:"stream_idle_timeout"`
-	Aggregated        bool      `json:"aggregated"`
-	KVConnector       string    `json:"kv_connector"`
-	Fallback          *fallback `json:"fallback"`
+	TTFBTimeout       string         `json:"ttfb_timeout"`
+	StreamIdleTimeout string         `json:"stream_idle_timeout"`
+	Aggregated        bool           `json:"aggregated"`
+	KVConnector       string         `json:"kv_connector"`
+	Fallback          *fallback      `json:"fallback"`
+	Failover          *replay.Params `json:"failover"`
 }
 
 // fallback is where a decode leg goes when its own pool failed before the
@@ -68,8 +70,9 @@ type Decode struct {
 	// sets the node's retry attempts or the hand-off is kv-sglang's (the
 	// prefill waits for one decode by bootstrap room).
 	reroutes int
-	attempts int    // engine.BuildContext.RetryAttempts
-	fallback string // the fallback pool, "" for none
+	attempts int           // engine.BuildContext.RetryAttempts
+	fallback string        // the fallback pool, "" for none
+	fo       replay.Policy // the failover: block (failover.go)
 }
 
 // Build validates params and the decode target.
@@ -105,6 +108,11 @@ func Build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 			add(&engine.ParamError{Path: path, Msg: err.Error()})
 		}
 	}
+	if pol, pe := replay.Build(p.Failover); pe != nil {
+		add(pe)
+	} else {
+		n.fo = pol
+	}
 	add(leg.RequireRole(b, upstream.RoleDecode))
 	n.attempts = b.RetryAttempts
 	if n.attempts == 0 && !n.sglang {
@@ -134,6 +142,9 @@ func Build(b *engine.BuildContext, raw json.RawMessage) (engine.Node, error) {
 // metrics (nothing can read them in CEL: nothing follows decode).
 func (n *Decode) Contract() engine.Contract {
 	c := engine.Contract{Role: string(upstream.RoleDecode), Responds: true, Terminal: true, Outputs: decodeOutputs}
+	if n.fo.Enabled() {
+		c.Failover = n.fo.String()
+	}
 	if n.sglang {
 		// A kv-sglang decode meets a concurrent prefill in the run's SGLang
 		// session (either may make it): declared so the compiler sees the

@@ -11,6 +11,7 @@ import (
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/nodes/internal/handoff"
 	"github.com/celflow/celflow/nodes/internal/leg"
+	"github.com/celflow/celflow/nodes/internal/replay"
 )
 
 // Run sends the decode leg and relays a 2xx reply to the client.
@@ -113,32 +114,47 @@ func firstErr(ctxs ...context.Context) error {
 }
 
 func (n *Decode) send(ctx context.Context, x *engine.Exec, in *bodyIn, s *leg.SGLang, res engine.Result) engine.Result {
+	fo := n.plan(x, in)
+	in.TokenIDs = fo.ids
 	body, e := build(in)
 	if e != nil {
 		res.Err = e
 		return res
 	}
 	ready := handoff.KV.Value(x.Run).ReadyAt
-	resp, t, e := leg.Call{Role: upstream.RoleDecode, Path: x.Run.Req.Route.Path(), Body: body, TTFB: n.ttfb,
-		Reroute: n.reroutes, Fallback: n.fallbackFor(x), // before the first byte (node.go)
-		Prepare: func(l *upstream.Leg) {
-			l.Relay = true
-			// Hand-over time (docs/benchmarks.md, Hand-over): from prefill's
-			// answer to this request being handed to the transport; what
-			// follows until decode's first byte is the worker's
-			// (celflow.ttfb_ms).
-			if !ready.IsZero() {
-				h := time.Since(ready)
-				if res.Outputs == nil {
-					res.Outputs = make(map[string]any, 1)
+	var resp *http.Response
+	var t *upstream.Target
+	for kvTries := 0; ; kvTries++ {
+		resp, t, e = leg.Call{Role: upstream.RoleDecode, Path: x.Run.Req.Route.Path(), Body: body, TTFB: n.ttfb,
+			Reroute: n.reroutes, Fallback: n.fallbackFor(x), // before the first byte (node.go)
+			Prepare: func(l *upstream.Leg) {
+				fo.prepare(l, n.idle)
+				// Hand-over time (docs/benchmarks.md, Hand-over): from prefill's
+				// answer to this request being handed to the transport; what
+				// follows until decode's first byte is the worker's
+				// (celflow.ttfb_ms).
+				if !ready.IsZero() {
+					h := time.Since(ready)
+					if res.Outputs == nil {
+						res.Outputs = make(map[string]any, 1)
+					}
+					res.Outputs["handover"] = h
+					res.Attrs["celflow.handover_ms"] = float64(h.Microseconds()) / 1000
 				}
-				res.Outputs["handover"] = h
-				res.Attrs["celflow.handover_ms"] = float64(h.Microseconds()) / 1000
-			}
-		}}.Send(ctx, x, n.client, &res)
-	if t == nil {
-		res.Err = e
-		return res
+			}}.Send(ctx, x, n.client, &res)
+		if t == nil {
+			res.Err = e
+			return res
+		}
+		if e == nil || s != nil || n.aggregated || !handoff.KV.Value(x.Run).PrefillRan || !isKVPull(e) || !n.fo.On[replay.ReasonKVPull] || kvTries >= n.fo.Attempts {
+			break
+		}
+		// The prefill's KV could not be pulled (its worker died or its lease
+		// ran out): prefill again, on another prefill worker, and decode again.
+		var ok bool
+		if body, ok = n.reprefill(ctx, x, in, &res); !ok {
+			break
+		}
 	}
 	if e != nil {
 		if s != nil {
@@ -162,10 +178,18 @@ func (n *Decode) send(ctx context.Context, x *engine.Exec, in *bodyIn, s *leg.SG
 	if n.client.Direct() && in.Tokens.Known {
 		n.client.RecordPrefix(t, in.Tokens.IDs)
 	}
+	if fo.on {
+		return n.relayFailover(ctx, x, in, fo, resp, t, res)
+	}
 	r := leg.Relay(x, resp, n.idle, n.writeTimeout)
 	for k, v := range r.Attrs {
 		res.Attrs[k] = v
 	}
 	res.Responded, res.Err = r.Responded, r.Err
+	if r.Err != nil && fo.refused != "" && x.Run.Ctx.Err() == nil {
+		// Failover is on but this request cannot be continued: it ends
+		// abnormally as without failover, and is counted.
+		res.Failovers = append(res.Failovers, engine.Failover{Reason: breakReason(r.Err), Outcome: fo.refused})
+	}
 	return res
 }

@@ -53,7 +53,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	rounds := fs.Int("rounds", 5, "windows per cell, interleaved across the paths (duration and warm-up are split over them)")
 	quick := fs.Bool("quick", false, "a few seconds: short cells, concurrency 1 and 16, no Go micro-benchmarks")
 	goBench := fs.String("go-bench", "auto", "Go micro-benchmarks: auto (when go is on PATH and not --quick), on, off")
-	only := fs.String("only", "", "run one cell alone and print its report section on stdout instead of writing --out: overload, cache")
+	only := fs.String("only", "", "run one cell alone and print its report section on stdout instead of writing --out: overload, cache; failover rewrites its own section in --out")
 	simBin := fs.String("sim-bin", "", "celflow-sim binary of the cache cell's simulators (default: the celflow-sim beside this executable, else on PATH)")
 	convs := fs.Int("cache-convs", DefaultCacheOptions.Convs, "cache cell: conversations (of 4 turns, 8 at a time)")
 	if err := fs.Parse(args); err != nil {
@@ -112,6 +112,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *only == "failover" {
+		return runFailover(ctx, o, *out, stdout, stderr)
+	}
 	if *only != "" {
 		return runOnly(ctx, o, *only, stdout, stderr)
 	}
@@ -265,10 +268,29 @@ func mainLoad(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// runFailover runs the failover cell and rewrites its section in out.
+func runFailover(ctx context.Context, o Options, out string, stdout, stderr io.Writer) int {
+	cells, err := MeasureFailover(ctx, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "celflow-bench: %v\n", err)
+		return 1
+	}
+	cwd, _ := os.Getwd()
+	var b strings.Builder
+	renderFailover(&b, cells, readMachine(moduleRoot(cwd), o.Bin))
+	fmt.Fprintln(stdout, b.String())
+	if err := writeFailover(out, b.String()); err != nil {
+		fmt.Fprintf(stderr, "celflow-bench: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "wrote the failover section of %s\n", out)
+	return 0
+}
+
 // runOnly runs one cell (--only) and prints its section and its targets.
 func runOnly(ctx context.Context, o Options, cell string, stdout, stderr io.Writer) int {
 	if cell != "overload" && cell != "cache" {
-		fmt.Fprintf(stderr, "celflow-bench: --only %q: want overload or cache\n", cell)
+		fmt.Fprintf(stderr, "celflow-bench: --only %q: want overload, cache or failover\n", cell)
 		return 2
 	}
 	o.Only = cell

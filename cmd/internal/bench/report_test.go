@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -176,5 +178,35 @@ func TestRender(t *testing.T) {
 	// Without a section, a placeholder with the markers is written.
 	if doc := Render(r, Machine{}, ""); extractSection(doc) == "" {
 		t.Error("no placeholder section")
+	}
+}
+
+// The failover section is rewritten in place, put before the Go
+// micro-benchmarks the first time, and kept by a full run's Render.
+func TestWriteFailoverSection(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "b.md")
+	sec := func(s string) string { return failoverBegin + "\n" + s + "\n" + failoverEnd }
+	for _, tc := range []struct{ name, before, section, want string }{
+		{"empty", "", sec("one"), "\n" + sec("one") + "\n"},
+		{"before the go section", "# B\n" + goBenchBegin + "\ngo\n" + goBenchEnd + "\n", sec("one"),
+			"# B\n" + sec("one") + "\n\n" + goBenchBegin + "\ngo\n" + goBenchEnd + "\n"},
+		{"in place", "# B\n" + sec("old") + "\ntail\n", sec("new"), "# B\n" + sec("new") + "\ntail\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.WriteFile(out, []byte(tc.before), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := writeFailover(out, tc.section); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := os.ReadFile(out)
+			if string(got) != tc.want {
+				t.Fatalf("got %q\nwant %q", got, tc.want)
+			}
+			if extractFailover(string(got)) != tc.section {
+				t.Fatalf("extract: %q", extractFailover(string(got)))
+			}
+		})
 	}
 }

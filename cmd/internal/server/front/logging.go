@@ -146,7 +146,7 @@ func (s *Server) logRequest(x *exchange, r *http.Request) {
 // one and copied once into its string.
 var summaryBufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
-// nodeSummary is "id=status:duration[/http][:attempts=N] ..." in the
+// nodeSummary is "id=status:duration[/http][:attempts=N][:failover=reason/outcome,...] ..." in the
 // workflow's node order; attempts=N appears when the node was retried
 // (issue 12: "prefill=succeeded:41ms/200:attempts=2" says its first attempt
 // failed; each retry has its own log line with the reason).
@@ -172,6 +172,16 @@ func nodeSummary(out []engine.Outcome) string {
 		if o.Attempt > 1 {
 			b = append(b, ":attempts="...)
 			b = strconv.AppendInt(b, int64(o.Attempt), 10)
+		}
+		for k, f := range o.Failovers { // decode failover: ":failover=reset/continued,kv_pull/failed"
+			if k == 0 {
+				b = append(b, ":failover="...)
+			} else {
+				b = append(b, ',')
+			}
+			b = append(b, f.Reason...)
+			b = append(b, '/')
+			b = append(b, f.Outcome...)
 		}
 	}
 	s := string(b)

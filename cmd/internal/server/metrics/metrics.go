@@ -52,6 +52,7 @@ type Metrics struct {
 	reloads      *prometheus.CounterVec // result
 	buildInfo    *prometheus.GaugeVec   // version, goversion
 	failures     *failureMetrics        // retries, ejections, healthy endpoints (failures.go)
+	fo           *failoverMetrics       // decode failovers (failover.go)
 	adm          *admissionMetrics      // admission.go
 	conns        *connMetrics           // conn.go
 	kv           *kvMetrics             // kvevents.go
@@ -99,6 +100,7 @@ func New() *Metrics {
 		"version", "goversion")
 	m.failures = newFailureMetrics(f)
 	f.reg.MustRegister(routeCollector{m.failures}) // route.go
+	m.fo = newFailoverMetrics(f)
 	m.adm = newAdmissionMetrics(f)
 	m.adm.priorityErrors = m.failures.celErrors.WithLabelValues("", "priority")
 	m.conns = newConnMetrics(f)

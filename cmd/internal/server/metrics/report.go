@@ -89,6 +89,7 @@ func (m *Metrics) observe(route string, status int, d time.Duration, rep *engine
 		reason := Reason(o)
 		m.observeRetries(o)
 		m.observeCELErrors(o)
+		m.observeFailovers(o)
 		m.nodeOutcomes.WithLabelValues(wf, o.Node, o.Type, o.Status.String(), reason).Inc()
 		ran := o.Status != engine.StatusSkipped && o.Status != engine.StatusOmitted
 		if ran {
