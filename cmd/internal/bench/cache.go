@@ -551,7 +551,7 @@ func renderCache(b io.Writer, r *CacheResult) {
 	p("tokens; oracle: what the best simulator held when each request was sent (`POST /sim/cache/probe`).\n")
 	p("Precision and recall: celflow's truth check (`celflow_route_*`), for the oracle its probes against the\n")
 	p("replies. Spread: max ÷ mean of the simulators' running requests, sampled every 20 ms. celflow's\n")
-	p("cache-aware arms run the defaults: weights 1 and 1, load from celflow's own legs and relays (no\n")
+	p("cache-aware arms run the defaults: cache_weight 1, load_weight 0.5, load from celflow's own legs and relays (no\n")
 	p("`/metrics` scrape). The oracle arm sends to the simulators directly (no celflow hop).\n\n")
 	p("| arm | requests | hit rate | oracle hit rate | precision | recall | load spread (max/mean) | TTFT p50 | TTFT p99 | errors |\n")
 	p("|---|---|---|---|---|---|---|---|---|---|\n")
