@@ -28,6 +28,12 @@ import (
 // Ties go to the next endpoint in rotation. A prompt whose tokens are
 // unknown (a chat request without a render node) scores on load alone.
 //
+// The prompt's key (CacheKey) also names its LoRA adapter, resolved from
+// the request's model by the pool's own model list (adapters.go), and its
+// media items, folded in as vLLM folds them into its block hashes
+// (cachekey.go); before a pool's model list is in, a prompt naming a model
+// scores on load alone.
+//
 // Prefill and encode pools under "cache-aware" pick the least loaded
 // endpoint: the prediction index is fed by decode legs and the truth check
 // reads decode's usage, so only decode has a cache view to score on.
