@@ -239,3 +239,29 @@ func TestCacheKeyNoModelList(t *testing.T) {
 		t.Fatalf("route %+v, want a 32-token hit", tg.Route)
 	}
 }
+
+// Without the cache-aware picker, conditional decode's prediction index
+// still keeps an adapter's blocks apart from the base model's.
+func TestPredictHitLoRARoundRobin(t *testing.T) {
+	const list = `{"object":"list","data":[{"id":"base","parent":null},{"id":"sql","parent":"base"}]}`
+	c, err := New(Config{Mode: modeDirect, Pools: map[Role][]Endpoint{RoleDecode: {{URL: modelServer(t, list)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := toks(40, 5)
+	if _, hit := c.PredictHitKey("", CacheKey{Tokens: prompt, Model: "sql"}); hit {
+		t.Fatal("a hit on an empty index")
+	}
+	waitAdapters(t, c, "", "sql")
+	tg := mustPickKey(t, c, "", CacheKey{Tokens: prompt, Model: "sql"})
+	c.RecordPrefix(tg, prompt)
+	tg.Done(false)
+	if _, hit := c.PredictHitKey("", CacheKey{Tokens: prompt, Model: "base"}); hit {
+		t.Fatal("the base model predicted a hit on the adapter's blocks")
+	}
+	if tg, hit := c.PredictHitKey("", CacheKey{Tokens: prompt, Model: "sql"}); !hit {
+		t.Fatal("the adapter's repeat predicted a miss")
+	} else {
+		tg.Done(false)
+	}
+}

@@ -161,7 +161,16 @@ func (c *Client) PickKey(r Role, pool string, k CacheKey, exclude ...string) (*T
 // otherwise.
 func (c *client) pickIn(p *pool, exclude []string, k CacheKey) *Target {
 	if !p.cacheAware {
-		return p.take(p.choose(exclude))
+		// No score, but the prediction index records the prompt under its
+		// adapter when the pool's list names it (conditional decode
+		// predicts from it); before the list is in, as the base model's.
+		t := p.take(p.choose(exclude))
+		if k.Model != "" && len(k.Tokens) > 0 {
+			k, _ = c.lora(p, k)
+			t.key = k
+			t.key.Tokens = nil
+		}
+		return t
 	}
 	if p.scraper != nil {
 		p.scraper.bind(c.rt)
