@@ -76,10 +76,12 @@ func (c *client) lora(p *pool, k CacheKey) (CacheKey, bool) {
 }
 
 // refreshAdapters starts one background GET /v1/models on every endpoint
-// of p unless one is running; the union of the answers replaces the list.
-// When no endpoint answers, the list is kept (or, before the first, an
-// empty one is set: requests are then scored as the base model's, as before
-// adapters were known, rather than on load alone for ever).
+// of p unless one is running. Each answer is merged into the list as it
+// arrives (so one endpoint that hangs delays nothing the others said); once
+// all are in, the union of the answers replaces the list. When no endpoint
+// answers, the list is kept (or, before the first, an empty one is set:
+// requests are then keyed as the base model's, as before adapters were
+// known, rather than scored on load alone for ever).
 func (c *client) refreshAdapters(p *pool, now int64) {
 	t := &p.adapters
 	if !t.running.CompareAndSwap(false, true) {
@@ -90,33 +92,48 @@ func (c *client) refreshAdapters(p *pool, now int64) {
 		defer t.running.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), adapterTimeout)
 		defer cancel()
-		lists := make([]map[string]bool, len(p.eps))
+		var mu sync.Mutex
+		union := map[string]bool{}
+		answered := false
 		var wg sync.WaitGroup
-		for i, e := range p.eps {
+		for _, e := range p.eps {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				lists[i], _ = c.getAdapters(ctx, e.base)
+				l, err := c.getAdapters(ctx, e.base)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				answered = true
+				mergeAdapters(union, l)
+				// Meanwhile: what was known, plus what this refresh heard.
+				next := map[string]bool{}
+				if old := t.names.Load(); old != nil {
+					mergeAdapters(next, old.adapter)
+				}
+				mergeAdapters(next, union)
+				t.names.Store(&adapterList{adapter: next})
 			}()
 		}
 		wg.Wait()
-		next := &adapterList{adapter: map[string]bool{}}
-		answered := false
-		for _, l := range lists {
-			if l == nil {
-				continue
-			}
-			answered = true
-			for name, a := range l {
-				if len(next.adapter) < maxModels || next.adapter[name] {
-					next.adapter[name] = next.adapter[name] || a
-				}
-			}
-		}
-		if answered || t.names.Load() == nil {
-			t.names.Store(next)
+		if answered {
+			t.names.Store(&adapterList{adapter: union})
+		} else if t.names.Load() == nil {
+			t.names.Store(&adapterList{adapter: map[string]bool{}})
 		}
 	}()
+}
+
+// mergeAdapters adds src to dst, at most maxModels names; a name any
+// endpoint lists as an adapter is one.
+func mergeAdapters(dst, src map[string]bool) {
+	for name, a := range src {
+		if _, ok := dst[name]; ok || len(dst) < maxModels {
+			dst[name] = dst[name] || a
+		}
+	}
 }
 
 // getAdapters is one endpoint's model list as name → is an adapter: an

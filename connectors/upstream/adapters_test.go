@@ -265,3 +265,30 @@ func TestPredictHitLoRARoundRobin(t *testing.T) {
 		tg.Done(false)
 	}
 }
+
+// One endpoint that never answers its model list does not hold back what
+// the others said.
+func TestAdaptersOneEndpointHangs(t *testing.T) {
+	release := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(release); hang.Close() })
+	ok := modelServer(t, `{"data":[{"id":"base"},{"id":"sql","parent":"base"}]}`)
+	c, err := New(Config{Mode: modeDirect, Picker: pickCacheAware, Pools: map[Role][]Endpoint{RoleDecode: {{URL: hang.URL}, {URL: ok}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	mustPickKey(t, c, "", CacheKey{Tokens: toks(40, 1), Model: "sql"}).Done(false)
+	waitAdapters(t, c, "", "sql")
+	if a, _ := c.AdapterOf("", "sql"); !a {
+		t.Fatal("sql not an adapter")
+	}
+	if d := time.Since(start); d >= adapterTimeout {
+		t.Fatalf("the list took %s: it waited for the endpoint that hangs", d)
+	}
+}
