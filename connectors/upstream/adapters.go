@@ -23,8 +23,10 @@ import (
 // list does not know, at most every adapterRetry: an adapter loaded at run
 // time with /v1/load_lora_adapter) starts one refresh in the background and
 // uses what it has. Until the pool's first list arrives, a request naming a
-// model is scored on load alone: it may be an adapter, and scoring it as
-// the base model would predict hits the worker does not have.
+// model is scored on load alone and predicted no conditional-decode hit: it
+// may be an adapter, and scoring it as the base model would predict hits
+// the worker does not have. (The pickers that do not score record it as
+// the base model's meanwhile, as they did before adapters were known.)
 
 // Bounds of the adapter list.
 const (
