@@ -165,7 +165,7 @@ func (c *client) pickIn(p *pool, exclude []string, k CacheKey) *Target {
 		// adapter when the pool's list names it (conditional decode
 		// predicts from it); before the list is in, as the base model's.
 		t := p.take(p.choose(exclude))
-		if k.Model != "" && len(k.Tokens) > 0 {
+		if k.Model != "" && len(k.Tokens) > 0 && t.ep != nil && t.ep.prefix != nil {
 			k, _ = c.lora(p, k)
 			t.key = k
 			t.key.Tokens = nil
