@@ -62,7 +62,13 @@ func TestLoRAFlag(t *testing.T) {
 // from the base model's (cached_tokens, the probe) and names it in its KV
 // events, which the index reads into the adapter's own key.
 func TestSimLoRA(t *testing.T) {
-	s := startKVSim(t, "--lora", "sql,chat=other-base")
+	for _, enc := range []string{"map", "array"} {
+		t.Run(enc, func(t *testing.T) { simLoRA(t, enc) })
+	}
+}
+
+func simLoRA(t *testing.T, enc string) {
+	s := startKVSim(t, "--lora", "sql,chat=other-base", "--kv-events-encoding", enc)
 	resp, err := http.Get(s.url + "/v1/models")
 	if err != nil {
 		t.Fatal(err)
