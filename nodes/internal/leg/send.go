@@ -158,11 +158,11 @@ func Failed(resp *http.Response, e *engine.Error) bool {
 }
 
 // PredictHit is upstream's direct-mode hit prediction within the pool x's
-// target rule chose (the decode role's when none).
-// The prediction names the prompt as the cache-aware picker does
-// (cacheKey: LoRA adapter and media items) when tokens are the run's
+// target rule chose (the decode role's when none). When tokens are the
+// run's T, the prompt is named as the cache-aware picker names it
+// (cacheKey: the model, for its LoRA adapter, and the media items); a
+// prompt with an item without a hash then has no key: a miss.
 func PredictHit(x *engine.Exec, c *upstream.Client, tokens []int64) (*upstream.Target, bool) {
-	// (a prompt with an item without a hash gets no key: a miss).
 	k := upstream.CacheKey{Tokens: tokens}
 	if x != nil && x.Run != nil && x.Run.State.Tokens.Known && tokens != nil && sameIDs(x.Run.State.Tokens.IDs, tokens) {
 		k = cacheKey(x)
