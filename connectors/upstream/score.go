@@ -162,10 +162,11 @@ func (c *Client) PickKey(r Role, pool string, k CacheKey, exclude ...string) (*T
 func (c *client) pickIn(p *pool, exclude []string, k CacheKey) *Target {
 	if !p.cacheAware {
 		// No score, but the prediction index records the prompt under its
-		// adapter when the pool's list names it (conditional decode
-		// predicts from it); before the list is in, as the base model's.
+		// media items and its adapter when the pool's list names it
+		// (conditional decode predicts from it); before the list is in, as
+		// the base model's.
 		t := p.take(p.choose(exclude))
-		if k.Model != "" && len(k.Tokens) > 0 && t.ep != nil && t.ep.prefix != nil {
+		if len(k.Tokens) > 0 && t.ep != nil && t.ep.prefix != nil {
 			k, _ = c.lora(p, k)
 			t.key = k
 			t.key.Tokens = nil

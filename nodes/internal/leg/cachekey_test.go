@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/celflow/celflow/connectors/upstream"
 	"github.com/celflow/celflow/engine"
 )
 
@@ -46,5 +47,44 @@ func TestCacheKey(t *testing.T) {
 				t.Fatal("cacheKey set LoRA: the pool decides which models are adapters")
 			}
 		})
+	}
+}
+
+// Conditional decode's prediction names the prompt by its items: the same
+// token ids with another image are a miss, the same image a hit, and an
+// item without a hash never predicts a hit (its blocks cannot be named).
+func TestPredictHitMedia(t *testing.T) {
+	c, err := upstream.New(upstream.Config{Mode: "direct",
+		Pools: map[upstream.Role][]upstream.Endpoint{upstream.RoleDecode: {{URL: "http://d0:8000"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]int64, 40)
+	for i := range ids {
+		ids[i] = int64(100 + i)
+	}
+	exec := func(media ...engine.MediaItem) *engine.Exec {
+		run := &engine.Run{Req: &engine.Request{}}
+		run.State.Tokens = engine.Tokens{Known: true, IDs: ids}
+		run.State.Media = media
+		return &engine.Exec{Run: run}
+	}
+	x := exec(engine.MediaItem{Hash: "cat", Offset: 20, Length: 4})
+	tg, err := c.PickKey(upstream.RoleDecode, "", cacheKey(x))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.RecordPrefix(tg, ids)
+	tg.Done(false)
+	if tg, hit := PredictHit(x, c, ids); !hit {
+		t.Fatal("the same image: predicted a miss")
+	} else {
+		tg.Done(false)
+	}
+	if _, hit := PredictHit(exec(engine.MediaItem{Hash: "dog", Offset: 20, Length: 4}), c, ids); hit {
+		t.Fatal("another image behind the same tokens: predicted a hit")
+	}
+	if _, hit := PredictHit(exec(engine.MediaItem{Offset: 20, Length: 4}), c, ids); hit {
+		t.Fatal("an item without a hash: predicted a hit")
 	}
 }
