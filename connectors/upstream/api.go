@@ -113,6 +113,11 @@ type Target struct {
 	done  func(failed bool)
 	ep    *endpoint // the picked endpoint, nil for the gateway
 	epoch uint32    // ep's drain epoch when picked (health.go)
+	// key is the CacheKey (without its tokens) the target was picked or
+	// predicted for: RecordPrefix names the blocks it records under its
+	// adapter and media items (cachekey.go).
+	key     CacheKey
+	unnamed bool // picked before the pool's adapter list was known: RecordPrefix records nothing
 }
 
 // Done releases the target: in-flight accounting and passive health

@@ -20,8 +20,16 @@ type CacheSource interface {
 // adapter it runs under ("" for the base model), and the hashes of its
 // multimodal items in prompt order (nil for text). Two prompts with the same
 // tokens but a different adapter or different images share no block.
+//
+// Model is the model name the leg's body carries: the cache-aware picker
+// sets LoRA to it when the pool lists it as a LoRA adapter (adapters.go).
+// MMOffsets, when given, are the placeholder offsets of MM's items in
+// Tokens (the prediction index folds each item into the block where it
+// begins; without them a prompt with items gets no prediction from it).
 type CacheKey struct {
-	Tokens []int64
-	LoRA   string
-	MM     []string
+	Tokens    []int64
+	LoRA      string
+	MM        []string
+	Model     string
+	MMOffsets []int
 }

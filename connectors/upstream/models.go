@@ -101,6 +101,18 @@ func (c *Client) ListModels(ctx context.Context) (models []Model, failed []error
 
 // getModels is one GET <base>/v1/models.
 func (c *client) getModels(ctx context.Context, base, profile string) ([]Model, error) {
+	body, err := c.getModelsBody(ctx, base, profile)
+	if err != nil {
+		return nil, err
+	}
+	return parseModels(body)
+}
+
+// errNotModelList: a 200 whose body is not an OpenAI model list.
+var errNotModelList = errors.New(`model list is not a JSON object with a "data" array`)
+
+// getModelsBody is the bounded body of one GET <base>/v1/models.
+func (c *client) getModelsBody(ctx context.Context, base, profile string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+PathModels, nil)
 	if err != nil {
 		return nil, err
@@ -125,7 +137,7 @@ func (c *client) getModels(ctx context.Context, base, profile string) ([]Model, 
 	if len(body) > maxModelsBody {
 		return nil, fmt.Errorf("model list over %d bytes", maxModelsBody)
 	}
-	return parseModels(body)
+	return body, nil
 }
 
 // parseModels reads an OpenAI model list, keeping entries whose id is a

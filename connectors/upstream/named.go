@@ -50,7 +50,7 @@ func (c *Client) PredictHitIn(name string, tokens []int64) (*Target, bool) {
 	if !c.impl.direct {
 		return nil, false
 	}
-	return c.impl.predictHitIn(c.impl.poolNamed(name), tokens)
+	return c.impl.predictHitIn(c.impl.poolNamed(name), CacheKey{Tokens: tokens})
 }
 
 func (c *client) poolNamed(name string) *pool {

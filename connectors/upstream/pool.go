@@ -60,7 +60,8 @@ type pool struct {
 	routing    Routing
 	bs         int // PrefixBlockTokens
 	scraper    *scraper
-	stats      routeStats // the truth check's counters (truth.go)
+	stats      routeStats   // the truth check's counters (truth.go)
+	adapters   adapterTable // which model names are LoRA adapters (adapters.go)
 }
 
 func newPool(r Role, eps []Endpoint, cfg Config) *pool {

@@ -21,9 +21,11 @@ import (
 // full block and is a miss (vLLM caches only full blocks), unless
 // ShortPromptTokens covers it.
 //
-// The model ignores multimodal inputs: two prompts with the same tokens but
-// different images share names. A wrong hit costs time (decode computes the
-// prompt), never correctness.
+// A prompt's LoRA adapter and media items are folded into the names
+// (cachekey.go), as vLLM folds them into its block hashes; the target of a
+// pick remembers them, so RecordPrefix names the blocks it records the same
+// way. A wrong hit costs time (decode computes the prompt), never
+// correctness.
 
 // predictHit: see Client.PredictHit. Gateway mode always misses (the EPP
 // answers 412 itself; the caller sends the leg).
@@ -31,12 +33,13 @@ func (c *client) predictHit(tokens []int64) (*Target, bool) {
 	if !c.direct {
 		return nil, false
 	}
-	return c.predictHitIn(c.pools[roleIndex(RoleDecode)], tokens)
+	return c.predictHitIn(c.pools[roleIndex(RoleDecode)], CacheKey{Tokens: tokens})
 }
 
 // predictHitIn predicts within one pool (the decode role's, or a named pool
 // a target rule chose).
-func (c *client) predictHitIn(p *pool, tokens []int64) (*Target, bool) {
+func (c *client) predictHitIn(p *pool, key CacheKey) (*Target, bool) {
+	tokens := key.Tokens
 	if p == nil || tokens == nil {
 		return nil, false
 	}
@@ -49,9 +52,22 @@ func (c *client) predictHitIn(p *pool, tokens []int64) (*Target, bool) {
 	if len(tokens) < bs {
 		return nil, false
 	}
-	var h uint64 = hashSeed
-	for i := 0; i+bs <= len(tokens); i += bs {
-		h = chainHash(h, tokens[i:i+bs])
+	key, known := c.lora(p, key)
+	if !known {
+		// The pool's adapter list is not in yet (adapters.go): the
+		// model may be an adapter whose blocks no index can name yet.
+		return nil, false
+	}
+	buf := hashBufs.Get().(*[]uint64)
+	names, ok := blockNames(key, bs, (*buf)[:0])
+	var h uint64
+	if ok {
+		h = names[len(names)-1]
+	}
+	*buf = names[:0]
+	hashBufs.Put(buf)
+	if !ok {
+		return nil, false
 	}
 	// Every healthy endpoint that holds the prefix is a candidate, not only
 	// the next in rotation; the least loaded wins, ties by rotation. Where
@@ -76,7 +92,7 @@ func (c *client) predictHitIn(p *pool, tokens []int64) (*Target, bool) {
 		}
 		held, from := false, SourceIndex
 		if src != nil && !e.truth.distrusted(now) {
-			if n, ok := src.Cached(e.base, CacheKey{Tokens: tokens}); ok {
+			if n, ok := src.Cached(e.base, key); ok {
 				held, from = n >= full, SourceEvents
 			} else {
 				held = e.prefix.has(h)
@@ -95,6 +111,8 @@ func (c *client) predictHitIn(p *pool, tokens []int64) (*Target, bool) {
 		return nil, false
 	}
 	t := p.take(best)
+	t.key = key
+	t.key.Tokens = nil
 	predicted := min(full, (len(tokens)-1)/bs*bs)
 	t.Route = &RouteInfo{Picker: pickPredict, CachedBlocks: predicted / bs, Load: bestN, Source: bestSrc,
 		PromptTokens: len(tokens), Predicted: predicted}
@@ -105,24 +123,23 @@ func (c *client) predictHitIn(p *pool, tokens []int64) (*Target, bool) {
 const pickPredict = "predict"
 
 // recordPrefix stores the names of every full block of tokens in the index
-// of t's decode endpoint. No-op for the gateway, other roles, or nil tokens.
+// of t's decode endpoint, under the adapter and media items t was picked for
+// (Target.key). No-op for the gateway, other roles, or nil tokens.
 func (c *client) recordPrefix(t *Target, tokens []int64) {
-	if t == nil || t.ep == nil || t.ep.prefix == nil || len(tokens) == 0 {
+	if t == nil || t.ep == nil || t.ep.prefix == nil || len(tokens) == 0 || t.unnamed {
 		return
 	}
 	bs := c.cfg.PrefixBlockTokens
-	nb := len(tokens) / bs
-	if nb == 0 {
+	if len(tokens)/bs == 0 {
 		return
 	}
+	k := t.key
+	k.Tokens = tokens
 	buf := hashBufs.Get().(*[]uint64)
-	hs := (*buf)[:0]
-	var h uint64 = hashSeed
-	for i := 0; i < nb; i++ {
-		h = chainHash(h, tokens[i*bs:(i+1)*bs])
-		hs = append(hs, h)
+	hs, ok := blockNames(k, bs, (*buf)[:0])
+	if ok {
+		t.ep.prefix.add(hs)
 	}
-	t.ep.prefix.add(hs)
 	*buf = hs[:0]
 	hashBufs.Put(buf)
 }

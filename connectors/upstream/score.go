@@ -28,6 +28,12 @@ import (
 // Ties go to the next endpoint in rotation. A prompt whose tokens are
 // unknown (a chat request without a render node) scores on load alone.
 //
+// The prompt's key (CacheKey) also names its LoRA adapter, resolved from
+// the request's model by the pool's own model list (adapters.go), and its
+// media items, folded in as vLLM folds them into its block hashes
+// (cachekey.go); before a pool's model list is in, a prompt naming a model
+// scores on load alone.
+//
 // Prefill and encode pools under "cache-aware" pick the least loaded
 // endpoint: the prediction index is fed by decode legs and the truth check
 // reads decode's usage, so only decode has a cache view to score on.
@@ -155,16 +161,32 @@ func (c *Client) PickKey(r Role, pool string, k CacheKey, exclude ...string) (*T
 // otherwise.
 func (c *client) pickIn(p *pool, exclude []string, k CacheKey) *Target {
 	if !p.cacheAware {
-		return p.take(p.choose(exclude))
+		// No score, but the prediction index records the prompt under its
+		// media items and its adapter when the pool's list names it
+		// (conditional decode predicts from it); before the list is in, as
+		// the base model's.
+		t := p.take(p.choose(exclude))
+		if len(k.Tokens) > 0 && t.ep != nil && t.ep.prefix != nil {
+			k, _ = c.lora(p, k)
+			t.key = k
+			t.key.Tokens = nil
+		}
+		return t
 	}
 	if p.scraper != nil {
 		p.scraper.bind(c.rt)
 	}
+	k, known := c.lora(p, k)
 	pr := c.newPrompt(k)
 	defer pr.free()
+	// Before the pool's adapter list is in, the model may be an adapter,
+	// whose blocks are not the base model's (adapters.go): load alone.
+	pr.blind = !known
 	e, ri := p.chooseScored(exclude, pr, c.cacheSourceOf(p))
 	t := p.take(e)
 	t.Route = ri
+	t.key, t.unnamed = k, !known
+	t.key.Tokens = nil
 	return t
 }
 
@@ -175,6 +197,7 @@ type prompt struct {
 	cacheable int      // tokens any worker could report cached: (len−1) in whole blocks
 	hs        []uint64 // chained names of the full blocks (prefix.go)
 	buf       *[]uint64
+	blind     bool // no cache prediction: every endpoint holds 0 of it
 }
 
 func (c *client) newPrompt(k CacheKey) *prompt {
@@ -185,11 +208,9 @@ func (c *client) newPrompt(k CacheKey) *prompt {
 	}
 	if nb := len(k.Tokens) / bs; nb > 0 {
 		pr.buf = hashBufs.Get().(*[]uint64)
-		hs := (*pr.buf)[:0]
-		var h uint64 = hashSeed
-		for i := 0; i < nb; i++ {
-			h = chainHash(h, k.Tokens[i*bs:(i+1)*bs])
-			hs = append(hs, h)
+		hs, ok := blockNames(k, bs, (*pr.buf)[:0])
+		if !ok { // items without offsets: the index cannot name the blocks
+			hs = hs[:0]
 		}
 		pr.hs = hs
 	}
@@ -207,7 +228,7 @@ func (pr *prompt) free() {
 // cachedOn is how many of pr's tokens e is believed to hold, capped at
 // what the worker can report, and where the belief comes from.
 func (p *pool) cachedOn(e *endpoint, pr *prompt, src CacheSource, now int64) (int, string) {
-	if len(pr.key.Tokens) == 0 {
+	if len(pr.key.Tokens) == 0 || pr.blind {
 		return 0, SourceIndex
 	}
 	if src != nil && !e.truth.distrusted(now) {

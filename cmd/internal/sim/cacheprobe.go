@@ -14,8 +14,9 @@ import (
 // benchmark's oracle router asks every worker before each pick, which no
 // real router can; celflow never calls it.
 //
-// Body: {"token_ids": [int, ...]} (a text prompt's multimodal items are
-// not part of a probe). Reply: {"cached_tokens": N, "block_size": B,
+// Body: {"token_ids": [int, ...], "model": M} (a text prompt's multimodal
+// items are not part of a probe; model, optional, probes a LoRA adapter's
+// blocks when it names one). Reply: {"cached_tokens": N, "block_size": B,
 // "blocks": held, "capacity": C}.
 
 // cacheProbeLimit bounds a probe body (a 1M-token prompt's ids).
@@ -23,7 +24,8 @@ const cacheProbeLimit = 16 << 20
 
 func (w *Worker) serveCacheProbe(rw http.ResponseWriter, r *http.Request) {
 	var body struct {
-		TokenIDs []int `json:"token_ids"`
+		TokenIDs []int  `json:"token_ids"`
+		Model    string `json:"model"` // an adapter's name probes its blocks (lora.go)
 	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, cacheProbeLimit+1))
 	if err != nil || len(b) > cacheProbeLimit || json.Unmarshal(b, &body) != nil {
@@ -32,7 +34,7 @@ func (w *Worker) serveCacheProbe(rw http.ResponseWriter, r *http.Request) {
 	}
 	c := w.cache
 	writeJSON(rw, http.StatusOK, map[string]int{
-		"cached_tokens": c.Peek(promptInfo{Tokens: body.TokenIDs}),
+		"cached_tokens": c.Peek(w.probePrompt(body.TokenIDs, body.Model)),
 		"block_size":    c.BlockSize(),
 		"blocks":        c.Blocks(),
 		"capacity":      c.Capacity(),

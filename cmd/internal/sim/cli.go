@@ -53,6 +53,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&kvc.HashSeed, "kv-hash-seed", 0, "seed of the engine block hashes the events carry (celflow's index must not depend on it)")
 	keepAlive := fs.Duration("keep-alive", DefaultKeepAlive, "idle keep-alive of client connections (uvicorn's is 5s)")
 	tf := tlsFlags(fs)
+	var loras loraFlag
+	fs.Var(&loras, "lora", "serve LoRA adapters: name[=parent][,...] (repeatable; parent defaults to --model): listed in /v1/models, their own KV blocks, lora_name/lora_id in KV events")
 	var faults faultFlag
 	fs.Var(&faults, "fault", "inject a fault: [role:]action[,action...] (repeatable; see docs/simulator.md)")
 	if err := fs.Parse(args); err != nil {
@@ -68,6 +70,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Faults = faults
+	cfg.LoRA = loras
 	w, err := NewWorker(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "celflow-sim: %v\n", err)

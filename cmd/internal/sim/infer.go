@@ -27,6 +27,7 @@ func (w *Worker) infer(f format) func(*call) {
 			c.fail(http.StatusBadRequest, perr.Error())
 			return
 		}
+		req.Prompt.LoRA, req.Prompt.LoRAID = w.adapterOf(req.Model)
 		p := req.Prompt
 		c.cached = w.cache.Cached(p)
 		w.met.lookup(len(p.Tokens), c.cached)

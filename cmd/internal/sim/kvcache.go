@@ -64,6 +64,9 @@ func NewKVCache(capacity, blockSize int) *KVCache {
 // matches only under the same prefix.
 func chainKeys(p promptInfo, blockSize int) (blocks []blockKey, tail blockKey, ok bool) {
 	h := fnv.New64a()
+	if p.LoRA != "" { // an adapter's blocks are its own (lora.go)
+		h.Write([]byte("lora\x00" + p.LoRA + "\x00"))
+	}
 	var b [8]byte
 	next := 0 // next item to fold, items are in offset order
 	blocks = make([]blockKey, 0, len(p.Tokens)/blockSize)
@@ -218,21 +221,25 @@ func (c *KVCache) Insert(p promptInfo) int {
 func (c *KVCache) events(p promptInfo, keys []blockKey, isNew []bool, evicted []blockKey) []kvEvent {
 	var evs []kvEvent
 	bs := c.blockSize
-	mm := len(p.Items) > 0
+	mm := len(p.Items) > 0 || p.LoRA != ""
 	for i := 0; i < len(keys); {
 		if !isNew[i] {
 			i++
 			continue
 		}
-		ev := kvEvent{kind: "BlockStored", bs: bs}
+		ev := kvEvent{kind: "BlockStored", bs: bs, lora: p.LoRA, loraID: p.LoRAID}
 		if i > 0 {
 			ev.parent = engineHash(c.seed, keys[i-1])
 		}
 		for ; i < len(keys) && isNew[i]; i++ {
 			ev.hashes = append(ev.hashes, engineHash(c.seed, keys[i]))
 			ev.tokens = append(ev.tokens, p.Tokens[i*bs:(i+1)*bs]...)
-			if mm {
-				ev.extra = append(ev.extra, itemsIn(p.Items, i*bs, (i+1)*bs))
+			if mm { // vLLM's extra keys: the adapter's name first, then the items
+				var ks []string
+				if p.LoRA != "" {
+					ks = append(ks, p.LoRA)
+				}
+				ev.extra = append(ev.extra, append(ks, itemsIn(p.Items, i*bs, (i+1)*bs)...))
 			}
 		}
 		evs = append(evs, ev)

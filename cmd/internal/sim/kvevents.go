@@ -67,6 +67,8 @@ type kvEvent struct {
 	tokens []int
 	bs     int
 	extra  [][]string // per block; nil: no extra keys at all
+	lora   string     // BlockStored: lora_name ("" sends nil)
+	loraID int        // BlockStored: lora_id (0 sends nil)
 }
 
 // quietZMQ swallows zmq4's own log lines.
@@ -304,9 +306,21 @@ func encodeEvent(e *msgpack.Encoder, array bool, ev kvEvent) {
 				}
 			}},
 			{"block_size", func() { _ = e.EncodeInt(int64(ev.bs)) }},
-			{"lora_id", func() { _ = e.EncodeNil() }},
+			{"lora_id", func() {
+				if ev.loraID == 0 {
+					_ = e.EncodeNil()
+				} else {
+					_ = e.EncodeInt(int64(ev.loraID))
+				}
+			}},
 			{"medium", func() { _ = e.EncodeString("GPU") }},
-			{"lora_name", func() { _ = e.EncodeNil() }},
+			{"lora_name", func() {
+				if ev.lora == "" {
+					_ = e.EncodeNil()
+				} else {
+					_ = e.EncodeString(ev.lora)
+				}
+			}},
 		}
 		if ev.extra != nil {
 			fs = append(fs, field{"extra_keys", func() {

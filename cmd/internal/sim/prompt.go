@@ -27,12 +27,20 @@ type item struct {
 type promptInfo struct {
 	Tokens []int
 	Items  []item // in offset order
+	// LoRA is the adapter the request runs under ("" for the base model)
+	// and LoRAID its lora_int_id (lora.go): the adapter is folded into
+	// every block's key.
+	LoRA   string
+	LoRAID int
 }
 
 // Key identifies the prompt's KV: sha256 over the tokens and, per item, its
 // offset, length and hash (vLLM's prefix hashes fold mm hashes in too).
 func (p promptInfo) Key() string {
 	h := sha256.New()
+	if p.LoRA != "" {
+		fmt.Fprintf(h, "lora:%s|", p.LoRA)
+	}
 	var b [8]byte
 	for _, t := range p.Tokens {
 		binary.LittleEndian.PutUint64(b[:], uint64(t))

@@ -33,6 +33,8 @@ type Config struct {
 	// Deterministic answers every request in the continuable deterministic
 	// mode (determ.go); without it only temperature-0 requests are.
 	Deterministic bool
+	// LoRA are the adapters served besides Model (lora.go).
+	LoRA []LoRAModule
 }
 
 // maxBody caps request bodies; generate bodies with kwargs_data can be large.
@@ -171,9 +173,7 @@ func (w *Worker) KVCache() *KVCache { return w.cache }
 func (w *Worker) Config() Config { return w.cfg }
 
 func (w *Worker) models(rw http.ResponseWriter, _ *http.Request) {
-	writeJSON(rw, http.StatusOK, map[string]any{"object": "list", "data": []any{map[string]any{
-		"id": w.cfg.Model, "object": "model", "created": 0, "owned_by": "celflow-sim", "root": w.cfg.Model,
-	}}})
+	writeJSON(rw, http.StatusOK, map[string]any{"object": "list", "data": w.modelCards()})
 }
 
 // call is one request in flight.

@@ -158,15 +158,21 @@ func Failed(resp *http.Response, e *engine.Error) bool {
 }
 
 // PredictHit is upstream's direct-mode hit prediction within the pool x's
-// target rule chose (the decode role's when none).
+// target rule chose (the decode role's when none). When tokens are the
+// run's T, the prompt is named as the cache-aware picker names it
+// (cacheKey: the model, for its LoRA adapter, and the media items); a
+// prompt with an item without a hash then has no key: a miss.
 func PredictHit(x *engine.Exec, c *upstream.Client, tokens []int64) (*upstream.Target, bool) {
-	var t *upstream.Target
-	var hit bool
-	if p := pool(x); p != "" {
-		t, hit = c.PredictHitIn(p, tokens)
-	} else {
-		t, hit = c.PredictHit(tokens)
+	k := upstream.CacheKey{Tokens: tokens}
+	if x != nil && x.Run != nil && x.Run.State.Tokens.Known && tokens != nil && sameIDs(x.Run.State.Tokens.IDs, tokens) {
+		k = cacheKey(x)
 	}
+	t, hit := c.PredictHitKey(pool(x), k)
 	noteRoute(x, t)
 	return t, hit
+}
+
+// sameIDs: a and b are the same slice of ids (the run's T).
+func sameIDs(a, b []int64) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }

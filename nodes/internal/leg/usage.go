@@ -2,8 +2,10 @@ package leg
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
+	"sort"
 	"strconv"
 	"sync"
 
@@ -39,12 +41,48 @@ type routed struct {
 func routeScope(x *engine.Exec) string { return x.NodeID + "/" + strconv.Itoa(x.Index) }
 
 // cacheKey is what names the run's prompt for the cache-aware picker: its
-// token ids when known (generate, or after render), nothing otherwise.
+// token ids when known (generate, or after render), nothing otherwise; the
+// model the leg's body names (the picker makes it the key's LoRA adapter
+// when the pool lists it as one); and the prompt's media items by their
+// hashes, the identifiers vLLM folds into the blocks' hashes (render's
+// mm_hashes, which the decode leg also sets as each part's uuid). A prompt
+// with an item render gave no hash scores on load alone: its blocks cannot
+// be named.
 func cacheKey(x *engine.Exec) upstream.CacheKey {
 	if x == nil || x.Run == nil || !x.Run.State.Tokens.Known {
 		return upstream.CacheKey{}
 	}
-	return upstream.CacheKey{Tokens: x.Run.State.Tokens.IDs}
+	k := upstream.CacheKey{Tokens: x.Run.State.Tokens.IDs, Model: legModel(x)}
+	if media := x.Run.State.Media; len(media) > 0 {
+		items := make([]engine.MediaItem, len(media))
+		copy(items, media)
+		// The key names items in prompt order, which is placeholder order.
+		sort.SliceStable(items, func(i, j int) bool { return items[i].Offset < items[j].Offset })
+		k.MM, k.MMOffsets = make([]string, len(items)), make([]int, len(items))
+		for i, it := range items {
+			if it.Hash == "" {
+				return upstream.CacheKey{}
+			}
+			k.MM[i], k.MMOffsets[i] = it.Hash, it.Offset
+		}
+	}
+	return k
+}
+
+// legModel is the model the leg's body names: a target rule's, else the
+// client's.
+func legModel(x *engine.Exec) string {
+	if m := Model(x); m != nil {
+		var s string
+		if json.Unmarshal(m, &s) == nil {
+			return s
+		}
+		return ""
+	}
+	if x.Run.Req != nil {
+		return x.Run.Req.Model
+	}
+	return ""
 }
 
 // noteRoute remembers t as the target of x's leg when it carries a
