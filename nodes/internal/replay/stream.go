@@ -749,9 +749,33 @@ func (s *Stream) FinishLength() error {
 
 func (s *Stream) writeEvent(data []byte) error {
 	s.out = append(s.out[:0], "data: "...)
-	s.out = append(s.out, data...)
+	if bytes.IndexAny(data, "\r\n") < 0 {
+		s.out = append(s.out, data...)
+	} else {
+		// An event the worker sent in several data lines (or JSON with a
+		// CR or LF between its tokens) goes out as several data lines too:
+		// a line break inside one would end the client's data line there.
+		s.out = appendDataLines(s.out, data)
+	}
 	s.out = append(s.out, "\n\n"...)
 	return s.write(s.out)
+}
+
+// appendDataLines appends data as SSE data lines, breaking it where it
+// holds CRLF, CR or LF (the client joins them back with LF).
+func appendDataLines(dst, data []byte) []byte {
+	for {
+		i := bytes.IndexAny(data, "\r\n")
+		if i < 0 {
+			return append(dst, data...)
+		}
+		dst = append(dst, data[:i]...)
+		dst = append(dst, "\ndata: "...)
+		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
+			i++
+		}
+		data = data[i+1:]
+	}
 }
 
 // built is an edited event, in a buffer reused from event to event (it is
