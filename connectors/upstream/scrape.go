@@ -109,6 +109,9 @@ func scrapeLoad(hc *http.Client, url string, timeout time.Duration) (running, wa
 	if err != nil {
 		return 0, 0, err
 	}
+	// The text format parseLoad reads (vLLM's default too; an exporter
+	// that would answer OpenMetrics or protobuf is asked for this one).
+	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
 	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, 0, err

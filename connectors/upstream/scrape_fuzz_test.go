@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -219,3 +222,32 @@ func FuzzParseLoad(f *testing.F) {
 }
 
 var _ io.Reader = (*endless)(nil)
+
+// Over real HTTP: the scrape asks for the text format it parses, sums a
+// vLLM page's gauges, and refuses a page over the bound.
+func TestScrapeLoadHTTP(t *testing.T) {
+	page := vllmPage(2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a := r.Header.Get("Accept"); !strings.HasPrefix(a, "text/plain") || !strings.Contains(a, "version=0.0.4") {
+			http.Error(w, "asked for "+a, http.StatusNotAcceptable)
+			return
+		}
+		w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+		if r.URL.Query().Has("huge") {
+			for i := 0; i < scrapeMaxBody/32; i++ {
+				fmt.Fprintf(w, "vllm:num_requests_running{engine=\"%d\"} 1\n", i)
+			}
+			return
+		}
+		_, _ = w.Write(page)
+	}))
+	defer srv.Close()
+	hc := srv.Client()
+	r, w, err := scrapeLoad(hc, srv.URL+"/metrics", 10*time.Second)
+	if err != nil || r != 7 || w != 1 {
+		t.Fatalf("running %v waiting %v err %v, want 7 1", r, w, err)
+	}
+	if _, _, err := scrapeLoad(hc, srv.URL+"/metrics?huge=1", 10*time.Second); !errors.Is(err, errPageTooLarge) {
+		t.Fatalf("a page over the bound: %v", err)
+	}
+}
