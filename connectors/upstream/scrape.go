@@ -1,17 +1,19 @@
 package upstream
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"io"
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/sirupsen/logrus"
 )
 
@@ -25,9 +27,12 @@ import (
 // shut down. Figures older than three intervals (a worker that stopped
 // answering /metrics, or an endpoint idle for a while) are not used.
 
-// scrapeMaxBody bounds what is read of one /metrics reply (vLLM's is tens
-// of KiB).
-const scrapeMaxBody = 4 << 20
+// scrapeMaxBody bounds what is read of one /metrics reply. vLLM's is tens
+// of KiB (about 300 series per model and engine). The library's parser
+// holds every series of the page, about 50 times the page's size for a
+// page of tiny series (200 MiB for 4 MiB), so the bound is what bounds a
+// scrape's memory: 1 MiB, still tens of times a real page.
+const scrapeMaxBody = 1 << 20
 
 // scraper reads the workers' /metrics for one pool.
 type scraper struct {
@@ -104,6 +109,9 @@ func scrapeLoad(hc *http.Client, url string, timeout time.Duration) (running, wa
 	if err != nil {
 		return 0, 0, err
 	}
+	// The text format parseLoad reads (vLLM's default too; an exporter
+	// that would answer OpenMetrics or protobuf is asked for this one).
+	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
 	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, 0, err
@@ -113,7 +121,7 @@ func scrapeLoad(hc *http.Client, url string, timeout time.Duration) (running, wa
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 		return 0, 0, &scrapeError{status: resp.StatusCode}
 	}
-	return parseLoad(io.LimitReader(resp.Body, scrapeMaxBody))
+	return parseLoad(resp.Body)
 }
 
 type scrapeError struct{ status int }
@@ -126,42 +134,93 @@ const (
 	metricWaiting = "vllm:num_requests_waiting"
 )
 
-// parseLoad reads Prometheus text exposition and sums the samples of the
-// two gauges. A reply with neither is an error: the endpoint is not a vLLM
-// (or does not expose them), and its load stays in-flight legs only.
+// parseLoad reads the Prometheus text exposition of a worker's /metrics
+// with the Prometheus library's own parser (expfmt) and sums the samples of
+// the two gauges over their series (one per engine and model_name). A
+// sample whose value is NaN or negative is left out. A reply with neither
+// gauge is an error: the endpoint is not a vLLM (or does not expose them),
+// and its load stays in-flight legs only. So is a page the library refuses
+// (its error names the line), and a page longer than scrapeMaxBody: a
+// truncated page could end inside a sample's value, and the parser's
+// memory grows with the page.
 func parseLoad(r io.Reader) (running, waiting float64, err error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	seen := false
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		var dst *float64
-		switch {
-		case strings.HasPrefix(line, metricRunning) && sampleAfter(line, len(metricRunning)):
-			dst = &running
-		case strings.HasPrefix(line, metricWaiting) && sampleAfter(line, len(metricWaiting)):
-			dst = &waiting
-		default:
-			continue
-		}
-		v, ok := sampleValue(line)
-		if !ok {
-			continue
-		}
-		*dst += v
-		seen = true
+	br := &boundedReader{r: r, left: scrapeMaxBody}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(br)
+	if br.over {
+		return 0, 0, errPageTooLarge
 	}
-	if err := sc.Err(); err != nil {
+	if err != nil {
 		return 0, 0, err
 	}
-	if !seen {
+	running, okR := sumGauge(families[metricRunning])
+	waiting, okW := sumGauge(families[metricWaiting])
+	if !okR && !okW {
 		return 0, 0, errNoLoadGauges
 	}
 	return running, waiting, nil
 }
+
+// sumGauge sums the family's samples; ok is false when it has none taken.
+// vLLM declares both as gauges; a page without TYPE lines has them untyped.
+func sumGauge(mf *dto.MetricFamily) (sum float64, ok bool) {
+	if mf == nil {
+		return 0, false
+	}
+	for _, m := range mf.GetMetric() {
+		var v float64
+		switch {
+		case m.Gauge != nil:
+			v = m.Gauge.GetValue()
+		case m.Untyped != nil:
+			v = m.Untyped.GetValue()
+		case m.Counter != nil:
+			v = m.Counter.GetValue()
+		default:
+			continue
+		}
+		if math.IsNaN(v) || v < 0 {
+			continue
+		}
+		sum += v
+		ok = true
+	}
+	return sum, ok
+}
+
+// boundedReader reads at most left bytes of r and notes a page longer than
+// that (the parser then sees an early end and fails; parseLoad reports the
+// size instead).
+type boundedReader struct {
+	r    io.Reader
+	left int64
+	over bool
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// One byte more than the bound tells a page that ends exactly at
+		// it from a longer one.
+		var one [1]byte
+		n, err := io.ReadFull(b.r, one[:])
+		if n > 0 {
+			b.over = true
+			return 0, errPageTooLarge
+		}
+		if err == io.ErrUnexpectedEOF {
+			err = io.EOF
+		}
+		return 0, err
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+var errPageTooLarge = errors.New("the /metrics page is longer than " + strconv.Itoa(scrapeMaxBody>>20) + " MiB")
 
 var errNoLoadGauges = &noGaugesError{}
 
@@ -169,30 +228,4 @@ type noGaugesError struct{}
 
 func (*noGaugesError) Error() string {
 	return "no " + metricRunning + " or " + metricWaiting + " sample in the reply"
-}
-
-// sampleAfter: the metric name ends at i (labels or the value follow), so
-// vllm:num_requests_running_total is not taken for the gauge.
-func sampleAfter(line string, i int) bool {
-	return i < len(line) && (line[i] == '{' || line[i] == ' ' || line[i] == '\t')
-}
-
-// sampleValue is the value of a sample line: the first field after the
-// labels (a timestamp may follow it).
-func sampleValue(line string) (float64, bool) {
-	rest := line
-	if i := strings.LastIndexByte(line, '}'); i >= 0 {
-		rest = line[i+1:]
-	} else if i := strings.IndexAny(line, " \t"); i >= 0 {
-		rest = line[i:]
-	}
-	f := strings.Fields(rest)
-	if len(f) == 0 {
-		return 0, false
-	}
-	v, err := strconv.ParseFloat(f[0], 64)
-	if err != nil || math.IsNaN(v) || v < 0 {
-		return 0, false
-	}
-	return v, true
 }

@@ -188,26 +188,64 @@ func (u *usageTap) scan(b []byte) {
 }
 
 // find records every complete "cached_tokens": N in b (the last wins).
+// Only a member counts: the name's opening quote follows '{' or ',' (and
+// whitespace), so a name inside a string, such as a completion's
+// top_logprobs key `x\"cached_tokens` (the token texts are the model's),
+// is not taken for it; and only an integer counts (memberInt), so no
+// float such as a logprob of a token named cached_tokens does either.
 func (u *usageTap) find(b []byte) {
+	at := 0
 	for {
-		i := bytes.Index(b, cachedName)
+		i := bytes.Index(b[at:], cachedName)
 		if i < 0 {
 			return
 		}
-		quoted := i > 0 && b[i-1] == '"'
-		b = b[i+len(cachedName):]
-		if !quoted || len(b) == 0 || b[0] != '"' {
+		i += at
+		at = i + len(cachedName)
+		if i == 0 || b[i-1] != '"' || !memberStart(b[:i-1]) {
 			continue
 		}
-		if v, ok := memberInt(b[1:]); ok {
+		rest := b[at:]
+		if len(rest) == 0 || rest[0] != '"' {
+			continue
+		}
+		if v, ok := memberInt(rest[1:]); ok {
 			u.cached, u.found = v, true
 		}
 	}
 }
 
+// tapSpace bounds the whitespace taken before a member's name and around
+// its colon, so that a whole member, from the '{' or ',' before it to the
+// byte after its number, fits in tapCarry bytes: one cut between two
+// chunks cannot hide it, and none is found in one way of cutting a body
+// and missed in another.
+const (
+	tapSpaceBefore = 24
+	tapSpaceColon  = 8
+)
+
+// memberStart: b (the bytes before a name's opening quote) ends in '{' or
+// ',' and at most tapSpaceBefore bytes of whitespace. b running out first
+// is false: the join with the previous chunk sees the whole member.
+func memberStart(b []byte) bool {
+	for k := len(b) - 1; k >= 0 && len(b)-1-k <= tapSpaceBefore; k-- {
+		switch b[k] {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '{', ',':
+			return true
+		}
+		return false
+	}
+	return false
+}
+
 // memberInt reads `: N` at the start of b; ok is false when b ends before
-// the number does (the rest is in the next chunk) or it is not a
-// non-negative integer.
+// the number does (the rest is in the next chunk), when it is not a
+// non-negative integer of at most 12 digits (a fraction or exponent
+// follows it: a float is not a token count), or when there is more than
+// tapSpaceColon bytes of whitespace around the colon.
 func memberInt(b []byte) (int, bool) {
 	i := 0
 	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
@@ -220,11 +258,18 @@ func memberInt(b []byte) (int, bool) {
 	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
 		i++
 	}
+	if i-1 > tapSpaceColon {
+		return 0, false
+	}
 	start := i
 	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
 		i++
 	}
 	if i == start || i == len(b) || i-start > 12 {
+		return 0, false
+	}
+	switch b[i] {
+	case '.', 'e', 'E':
 		return 0, false
 	}
 	v, err := strconv.Atoi(string(b[start:i]))

@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bytes"
+	"math"
 	"strconv"
 
 	"github.com/celflow/celflow/engine"
@@ -146,9 +147,9 @@ func Continuation(route engine.Route, body []byte, obj *jsonb.Object, ids []int6
 	}
 	switch {
 	case hasMax:
-		m, err := strconv.ParseInt(string(maxRaw), 10, 64)
-		if err != nil {
-			m = 0
+		m, ok := tokenCount(maxRaw)
+		if !ok {
+			m = 0 // not a count: no continuation can keep to it
 		}
 		rest := m - int64(generated)
 		if rest < 1 {
@@ -165,7 +166,7 @@ func Continuation(route engine.Route, body []byte, obj *jsonb.Object, ids []int6
 		oe.Set("max_tokens", null)
 	}
 	if v, ok := obj.Get("min_tokens"); ok && !bytes.Equal(v, null) {
-		if m, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+		if m, ok := tokenCount(v); ok {
 			oe.Set("min_tokens", strconv.AppendInt(nil, max(m-int64(generated), 0), 10))
 		}
 	}
@@ -226,12 +227,14 @@ func generateContinuation(body []byte, obj *jsonb.Object, ids []int64, generated
 	m := int64(completionsDefaultMax)
 	if spObj != nil {
 		if v, ok := spObj.Get("max_tokens"); ok && !bytes.Equal(v, null) {
-			if x, err := strconv.ParseInt(string(v), 10, 64); err == nil {
-				m = x
+			x, ok := tokenCount(v)
+			if !ok {
+				return nil, false // not a count: no continuation can keep to it
 			}
+			m = x
 		}
 		if v, ok := spObj.Get("min_tokens"); ok && !bytes.Equal(v, null) {
-			if x, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+			if x, ok := tokenCount(v); ok {
 				sp.Set("min_tokens", strconv.AppendInt(nil, max(x-int64(generated), 0), 10))
 			}
 		}
@@ -242,4 +245,22 @@ func generateContinuation(body []byte, obj *jsonb.Object, ids []int64, generated
 	}
 	sp.Set("max_tokens", strconv.AppendInt(nil, rest, 10))
 	return ed.Body().Bytes(), true
+}
+
+// tokenCount reads a token count as vLLM's request models do (pydantic,
+// lax): an integer, or a number with an integral value (10.0, 1e1, which
+// the first leg was served with); ok is false for anything else (raw is
+// valid JSON: the body was parsed).
+func tokenCount(raw []byte) (int64, bool) {
+	if v, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+		return v, true
+	}
+	if len(raw) == 0 || raw[0] != '-' && (raw[0] < '0' || raw[0] > '9') {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return 0, false
+	}
+	return int64(f), true
 }

@@ -167,7 +167,7 @@ func (s *Stream) Pump(body io.Reader) error {
 					if s.Done {
 						return nil
 					}
-				} else if len(ev) > 0 && s.leg == 0 { // a comment or another field: passed on
+				} else if len(ev) > 0 && s.leg == 0 && !loneCR(ev) { // a comment or another field: passed on
 					if werr := s.write(append(ev, '\n')); werr != nil {
 						return werr
 					}
@@ -206,13 +206,31 @@ func readLine(br *bufio.Reader, n *int64) ([]byte, error) {
 	return buf, err
 }
 
+// loneCR reports a CR that does not end a line in b: the client's
+// EventSource ends a line there (this reader does not), so such an event
+// would reach it as other lines, an empty data line among them perhaps.
+// It is not passed on.
+func loneCR(b []byte) bool {
+	for i, c := range b {
+		if c == '\r' && (i+1 == len(b) || b[i+1] != '\n') {
+			return true
+		}
+	}
+	return false
+}
+
 func trimEOL(b []byte) []byte {
 	b = bytes.TrimSuffix(b, []byte("\n"))
 	return bytes.TrimSuffix(b, []byte("\r"))
 }
 
-// field is the value of an SSE line "name: value" (one optional space).
+// field is the value of an SSE line "name: value" (one optional space);
+// a line that is the name alone is the field with an empty value (as the
+// client's EventSource reads it: "data" alone is an empty data line).
 func field(line []byte, name string) ([]byte, bool) {
+	if string(line) == name {
+		return nil, true
+	}
 	if len(line) < len(name)+1 || string(line[:len(name)]) != name || line[len(name)] != ':' {
 		return nil, false
 	}
@@ -749,9 +767,33 @@ func (s *Stream) FinishLength() error {
 
 func (s *Stream) writeEvent(data []byte) error {
 	s.out = append(s.out[:0], "data: "...)
-	s.out = append(s.out, data...)
+	if bytes.IndexAny(data, "\r\n") < 0 {
+		s.out = append(s.out, data...)
+	} else {
+		// An event the worker sent in several data lines (or JSON with a
+		// CR or LF between its tokens) goes out as several data lines too:
+		// a line break inside one would end the client's data line there.
+		s.out = appendDataLines(s.out, data)
+	}
 	s.out = append(s.out, "\n\n"...)
 	return s.write(s.out)
+}
+
+// appendDataLines appends data as SSE data lines, breaking it where it
+// holds CRLF, CR or LF (the client joins them back with LF).
+func appendDataLines(dst, data []byte) []byte {
+	for {
+		i := bytes.IndexAny(data, "\r\n")
+		if i < 0 {
+			return append(dst, data...)
+		}
+		dst = append(dst, data[:i]...)
+		dst = append(dst, "\ndata: "...)
+		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
+			i++
+		}
+		data = data[i+1:]
+	}
 }
 
 // built is an edited event, in a buffer reused from event to event (it is
