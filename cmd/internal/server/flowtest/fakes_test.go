@@ -77,7 +77,7 @@ func startFakes(c *flowCase) *fakes {
 }
 
 func (f *fakes) serve(name string, h http.Handler) string {
-	s := httptest.NewServer(h)
+	s := httptest.NewServer(modelsApart(h))
 	f.servers = append(f.servers, s)
 	f.urls[s.URL] = name
 	return s.URL
@@ -306,4 +306,20 @@ func poolOrder(pools map[string][]endpointSpec) []string {
 	}
 	sort.Strings(named)
 	return append(out, named...)
+}
+
+// modelsApart answers GET /v1/models itself, outside the recorded legs: a
+// direct-mode client asks its decode and named pools for their model list
+// in the background (which models are LoRA adapters, for the cache key) at
+// a moment of its own, so it is no leg of the case's request. The fakes
+// list no adapter.
+func modelsApart(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/v1/models" {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"object":"list","data":[]}`)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
