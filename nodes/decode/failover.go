@@ -115,7 +115,10 @@ func (n *Decode) relayFailover(ctx context.Context, x *engine.Exec, in *bodyIn, 
 		res.Err = engine.Errorf(engine.KindBadGateway, "upstream answered HTTP %d without a body: not a valid reply", resp.StatusCode)
 		return res
 	}
-	r := &replayer{n: n, x: x, in: in, p: p, res: &res, tried: endpoints(nil, t)}
+	// The truth check of a predicted route reads the first leg's reply: the
+	// prediction was for its endpoint and prompt (leg.TapUsage).
+	whole := leg.TapUsage(x, resp)
+	r := &replayer{n: n, x: x, in: in, p: p, res: &res, tried: endpoints(nil, t), idle: leg.StreamIdle(x, n.idle)}
 	if !x.Run.Req.Stream || !upstream.IsEventStream(resp.Header.Get("Content-Type")) {
 		// A JSON reply (to a streaming request too, as the plain relay
 		// passes it) is read whole.
@@ -129,7 +132,7 @@ func (n *Decode) relayFailover(ctx context.Context, x *engine.Exec, in *bodyIn, 
 		return res
 	}
 	res.Responded = true
-	r.stream(ctx, w, resp)
+	r.stream(ctx, w, resp, whole)
 	return res
 }
 
@@ -140,7 +143,8 @@ type replayer struct {
 	in    *bodyIn
 	p     foPlan
 	res   *engine.Result
-	tried []string // decode endpoints whose legs broke
+	idle  time.Duration // each leg's stream_idle_timeout: the target rule's, else the node's
+	tried []string      // decode endpoints whose legs broke
 	spent time.Duration
 	over  atomic.Bool // a continuation used up max_added_time before its first event
 	open  trace.Span  // a continuation's span until its first event, nil when none
@@ -154,8 +158,9 @@ func endpoints(urls []string, t *upstream.Target) []string {
 	return urls
 }
 
-// stream relays a streamed reply across legs (replay.Stream).
-func (r *replayer) stream(ctx context.Context, w http.ResponseWriter, resp *http.Response) {
+// stream relays a streamed reply across legs (replay.Stream). whole is
+// called when the first leg reached its [DONE] (the truth check's count).
+func (r *replayer) stream(ctx context.Context, w http.ResponseWriter, resp *http.Response, whole func()) {
 	x, in := r.x, r.in
 	st := replay.NewStream(w, in.Route, in.Obj != nil && replay.ClientAsked(in.Obj), in.Obj != nil && replay.IncludeUsage(in.Obj))
 	if in.Tokens.Known {
@@ -163,8 +168,11 @@ func (r *replayer) stream(ctx context.Context, w http.ResponseWriter, resp *http
 	}
 	st.Start(resp, x.Run.Req.ID)
 	body := resp.Body
-	for {
+	for first := true; ; first = false {
 		err := st.Pump(body)
+		if err == nil && first {
+			whole()
+		}
 		body.Close()
 		if err == nil {
 			r.done(st)
@@ -366,7 +374,7 @@ func (r *replayer) send(ctx context.Context, in *bodyIn, at time.Time) (*http.Re
 	}
 	var lres engine.Result
 	resp, _, e := leg.Call{Role: upstream.RoleDecode, Path: in.Route.Path(), Body: body, TTFB: ttfb, Target: t,
-		Prepare: func(l *upstream.Leg) { l.Idle = n.idle }}.Send(ctx, x, n.client, &lres)
+		Prepare: func(l *upstream.Leg) { l.Idle = r.idle }}.Send(ctx, x, n.client, &lres)
 	r.tried = endpoints(r.tried, t)
 	if e != nil {
 		if isKVPull(e) {
@@ -424,7 +432,7 @@ func (r *replayer) abort(st *replay.Stream, err error) {
 	default:
 		var brk *replay.Break
 		if errors.As(err, &brk) && brk.Reason == replay.ReasonIdle {
-			e = engine.Errorf(engine.KindUpstreamTimeout, "reply stalled for %s after %d bytes", r.n.idle, st.Bytes)
+			e = engine.Errorf(engine.KindUpstreamTimeout, "reply stalled for %s after %d bytes", r.idle, st.Bytes)
 		} else {
 			e = engine.Errorf(engine.KindBadGateway, "reply broke off after %d bytes", st.Bytes)
 		}
