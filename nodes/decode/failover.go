@@ -1,10 +1,13 @@
 package decode
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -68,7 +71,63 @@ func (p foPlan) prepare(l *upstream.Leg, idle time.Duration) {
 		return
 	}
 	l.Idle = idle
+	l.TargetHeader = acceptEncoding(l.TargetHeader, l.Header)
 }
+
+var hvIdentity = []string{"identity"}
+
+// acceptEncoding gives a failover leg the Accept-Encoding the plain relay's
+// leg carries (docs/protocol.md: the client's on decode, identity when it
+// sent none), unless a target rule sets it. Without a header of ours Go's
+// transport would offer gzip itself. celflow reads that reply: a gzip one
+// is decoded (relayFailover), another coding is relayed as it came,
+// without failover. A rule's headers are shared by every request: they
+// are copied.
+func acceptEncoding(h http.Header, client http.Header) http.Header {
+	if _, ok := h["Accept-Encoding"]; ok {
+		return h
+	}
+	out := make(http.Header, len(h)+1)
+	for k, v := range h {
+		out[k] = v
+	}
+	out["Accept-Encoding"] = hvIdentity
+	if ae := client.Values("Accept-Encoding"); len(ae) > 0 {
+		out["Accept-Encoding"] = ae
+	}
+	return out
+}
+
+// readable makes a failover leg's reply readable by celflow: a gzip body is
+// decoded (and its Content-Encoding dropped). false: a coding celflow does
+// not read, for the plain relay.
+func readable(resp *http.Response) bool {
+	switch ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))); ce {
+	case "", "identity":
+		return true
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			// Not even a gzip header: the reply broke or lied; the relay
+			// reads it as it came and fails as a broken reply.
+			return true
+		}
+		resp.Body = gzipBody{zr, resp.Body}
+		resp.Header.Del("Content-Encoding")
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = -1
+		return true
+	default:
+		return false
+	}
+}
+
+type gzipBody struct {
+	*gzip.Reader
+	raw io.ReadCloser
+}
+
+func (g gzipBody) Close() error { return g.raw.Close() }
 
 // isKVPull: the decode worker could not pull the prefill's KV.
 func isKVPull(e *engine.Error) bool {
@@ -113,6 +172,16 @@ func (n *Decode) relayFailover(ctx context.Context, x *engine.Exec, in *bodyIn, 
 	if resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusResetContent || resp.ContentLength == 0 {
 		resp.Body.Close()
 		res.Err = engine.Errorf(engine.KindBadGateway, "upstream answered HTTP %d without a body: not a valid reply", resp.StatusCode)
+		return res
+	}
+	if !readable(resp) {
+		// A coding celflow does not read (the client's Accept-Encoding
+		// allowed it): relayed as it came, without failover.
+		r := leg.Relay(x, resp, leg.StreamIdle(x, n.idle), n.writeTimeout)
+		for k, v := range r.Attrs {
+			res.Attrs[k] = v
+		}
+		res.Responded, res.Err = r.Responded, r.Err
 		return res
 	}
 	// The truth check of a predicted route reads the first leg's reply: the
@@ -374,13 +443,17 @@ func (r *replayer) send(ctx context.Context, in *bodyIn, at time.Time) (*http.Re
 	}
 	var lres engine.Result
 	resp, _, e := leg.Call{Role: upstream.RoleDecode, Path: in.Route.Path(), Body: body, TTFB: ttfb, Target: t,
-		Prepare: func(l *upstream.Leg) { l.Idle = r.idle }}.Send(ctx, x, n.client, &lres)
+		Prepare: func(l *upstream.Leg) { l.Idle, l.TargetHeader = r.idle, acceptEncoding(l.TargetHeader, l.Header) }}.Send(ctx, x, n.client, &lres)
 	r.tried = endpoints(r.tried, t)
 	if e != nil {
 		if isKVPull(e) {
 			return nil, handoffFailure(e)
 		}
 		return nil, e
+	}
+	if !readable(resp) { // a continuation must be read: another coding is a failed leg
+		resp.Body.Close()
+		return nil, errors.New("the continuation's reply has a Content-Encoding celflow does not read")
 	}
 	return resp, nil
 }
