@@ -1,6 +1,7 @@
 package decode
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"errors"
@@ -122,6 +123,19 @@ func readable(resp *http.Response) bool {
 	}
 }
 
+func isGzip(ce string) bool {
+	ce = strings.ToLower(strings.TrimSpace(ce))
+	return ce == "gzip" || ce == "x-gzip"
+}
+
+// teeBody keeps a copy of what is read from a reply's body (raw).
+type teeBody struct {
+	io.Reader
+	raw io.ReadCloser
+}
+
+func (t teeBody) Close() error { return t.raw.Close() }
+
 type gzipBody struct {
 	*gzip.Reader
 	raw io.ReadCloser
@@ -174,6 +188,16 @@ func (n *Decode) relayFailover(ctx context.Context, x *engine.Exec, in *bodyIn, 
 		res.Err = engine.Errorf(engine.KindBadGateway, "upstream answered HTTP %d without a body: not a valid reply", resp.StatusCode)
 		return res
 	}
+	// A JSON reply is read whole (below); a gzip one is also kept as it
+	// came, so that when it is whole it reaches the client compressed, with
+	// its Content-Encoding, exactly as the plain relay passes it.
+	wholeReply := !x.Run.Req.Stream || !upstream.IsEventStream(resp.Header.Get("Content-Type"))
+	var raw *bytes.Buffer
+	ce := resp.Header.Get("Content-Encoding")
+	if wholeReply && isGzip(ce) {
+		raw = new(bytes.Buffer)
+		resp.Body = teeBody{io.TeeReader(resp.Body, raw), resp.Body}
+	}
 	if !readable(resp) {
 		// A coding celflow does not read (the client's Accept-Encoding
 		// allowed it): relayed as it came, without failover.
@@ -188,9 +212,10 @@ func (n *Decode) relayFailover(ctx context.Context, x *engine.Exec, in *bodyIn, 
 	// prediction was for its endpoint and prompt (leg.TapUsage).
 	whole := leg.TapUsage(x, resp)
 	r := &replayer{n: n, x: x, in: in, p: p, res: &res, tried: endpoints(nil, t), idle: leg.StreamIdle(x, n.idle)}
-	if !x.Run.Req.Stream || !upstream.IsEventStream(resp.Header.Get("Content-Type")) {
+	if wholeReply {
 		// A JSON reply (to a streaming request too, as the plain relay
 		// passes it) is read whole.
+		r.raw, r.rawCE = raw, ce
 		r.whole(ctx, resp)
 		return res
 	}
@@ -218,6 +243,10 @@ type replayer struct {
 	over  atomic.Bool // a continuation used up max_added_time before its first event
 	open  trace.Span  // a continuation's span until its first event, nil when none
 	used  int         // replays made
+	// raw is the first leg's gzip reply as it came (rawCE its coding),
+	// for a JSON reply read whole; nil otherwise.
+	raw   *bytes.Buffer
+	rawCE string
 }
 
 func endpoints(urls []string, t *upstream.Target) []string {
@@ -546,6 +575,12 @@ func (r *replayer) whole(ctx context.Context, resp *http.Response) {
 			h := w.Header()
 			upstream.CopyReplyHeaders(h, resp.Header)
 			delete(h, "Content-Encoding")
+			if st == nil && r.raw != nil {
+				// The first leg's gzip reply decoded whole (its checksum
+				// held): the client gets the worker's bytes as they came.
+				b = r.raw.Bytes()
+				h["Content-Encoding"] = []string{r.rawCE}
+			}
 			h["Content-Length"] = []string{strconv.Itoa(len(b))}
 			h["X-Request-Id"] = []string{x.Run.Req.ID}
 			rc := http.NewResponseController(w)
