@@ -1,10 +1,14 @@
 package decode
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -68,7 +72,76 @@ func (p foPlan) prepare(l *upstream.Leg, idle time.Duration) {
 		return
 	}
 	l.Idle = idle
+	l.TargetHeader = acceptEncoding(l.TargetHeader, l.Header)
 }
+
+var hvIdentity = []string{"identity"}
+
+// acceptEncoding gives a failover leg the Accept-Encoding the plain relay's
+// leg carries (docs/protocol.md: the client's on decode, identity when it
+// sent none), unless a target rule sets it. Without a header of ours Go's
+// transport would offer gzip itself. celflow reads that reply: a gzip one
+// is decoded (relayFailover), another coding is relayed as it came,
+// without failover. A rule's headers are shared by every request: they
+// are copied.
+func acceptEncoding(h http.Header, client http.Header) http.Header {
+	if _, ok := h["Accept-Encoding"]; ok {
+		return h
+	}
+	out := make(http.Header, len(h)+1)
+	for k, v := range h {
+		out[k] = v
+	}
+	out["Accept-Encoding"] = hvIdentity
+	if ae := client.Values("Accept-Encoding"); len(ae) > 0 {
+		out["Accept-Encoding"] = ae
+	}
+	return out
+}
+
+// readable makes a failover leg's reply readable by celflow: a gzip body is
+// decoded (and its Content-Encoding dropped). false: a coding celflow does
+// not read, for the plain relay.
+func readable(resp *http.Response) bool {
+	switch ce := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))); ce {
+	case "", "identity":
+		return true
+	case "gzip", "x-gzip":
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			// Not even a gzip header: the reply broke or lied; the relay
+			// reads it as it came and fails as a broken reply.
+			return true
+		}
+		resp.Body = gzipBody{zr, resp.Body}
+		resp.Header.Del("Content-Encoding")
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = -1
+		return true
+	default:
+		return false
+	}
+}
+
+func isGzip(ce string) bool {
+	ce = strings.ToLower(strings.TrimSpace(ce))
+	return ce == "gzip" || ce == "x-gzip"
+}
+
+// teeBody keeps a copy of what is read from a reply's body (raw).
+type teeBody struct {
+	io.Reader
+	raw io.ReadCloser
+}
+
+func (t teeBody) Close() error { return t.raw.Close() }
+
+type gzipBody struct {
+	*gzip.Reader
+	raw io.ReadCloser
+}
+
+func (g gzipBody) Close() error { return g.raw.Close() }
 
 // isKVPull: the decode worker could not pull the prefill's KV.
 func isKVPull(e *engine.Error) bool {
@@ -115,10 +188,34 @@ func (n *Decode) relayFailover(ctx context.Context, x *engine.Exec, in *bodyIn, 
 		res.Err = engine.Errorf(engine.KindBadGateway, "upstream answered HTTP %d without a body: not a valid reply", resp.StatusCode)
 		return res
 	}
-	r := &replayer{n: n, x: x, in: in, p: p, res: &res, tried: endpoints(nil, t)}
-	if !x.Run.Req.Stream || !upstream.IsEventStream(resp.Header.Get("Content-Type")) {
+	// A JSON reply is read whole (below); a gzip one is also kept as it
+	// came, so that when it is whole it reaches the client compressed, with
+	// its Content-Encoding, exactly as the plain relay passes it.
+	wholeReply := !x.Run.Req.Stream || !upstream.IsEventStream(resp.Header.Get("Content-Type"))
+	var raw *bytes.Buffer
+	ce := resp.Header.Get("Content-Encoding")
+	if wholeReply && isGzip(ce) {
+		raw = new(bytes.Buffer)
+		resp.Body = teeBody{io.TeeReader(resp.Body, raw), resp.Body}
+	}
+	if !readable(resp) {
+		// A coding celflow does not read (the client's Accept-Encoding
+		// allowed it): relayed as it came, without failover.
+		r := leg.Relay(x, resp, leg.StreamIdle(x, n.idle), n.writeTimeout)
+		for k, v := range r.Attrs {
+			res.Attrs[k] = v
+		}
+		res.Responded, res.Err = r.Responded, r.Err
+		return res
+	}
+	// The truth check of a predicted route reads the first leg's reply: the
+	// prediction was for its endpoint and prompt (leg.TapUsage).
+	whole := leg.TapUsage(x, resp)
+	r := &replayer{n: n, x: x, in: in, p: p, res: &res, tried: endpoints(nil, t), idle: leg.StreamIdle(x, n.idle)}
+	if wholeReply {
 		// A JSON reply (to a streaming request too, as the plain relay
 		// passes it) is read whole.
+		r.raw, r.rawCE = raw, ce
 		r.whole(ctx, resp)
 		return res
 	}
@@ -129,7 +226,7 @@ func (n *Decode) relayFailover(ctx context.Context, x *engine.Exec, in *bodyIn, 
 		return res
 	}
 	res.Responded = true
-	r.stream(ctx, w, resp)
+	r.stream(ctx, w, resp, whole)
 	return res
 }
 
@@ -140,11 +237,16 @@ type replayer struct {
 	in    *bodyIn
 	p     foPlan
 	res   *engine.Result
-	tried []string // decode endpoints whose legs broke
+	idle  time.Duration // each leg's stream_idle_timeout: the target rule's, else the node's
+	tried []string      // decode endpoints whose legs broke
 	spent time.Duration
 	over  atomic.Bool // a continuation used up max_added_time before its first event
 	open  trace.Span  // a continuation's span until its first event, nil when none
 	used  int         // replays made
+	// raw is the first leg's gzip reply as it came (rawCE its coding),
+	// for a JSON reply read whole; nil otherwise.
+	raw   *bytes.Buffer
+	rawCE string
 }
 
 func endpoints(urls []string, t *upstream.Target) []string {
@@ -154,8 +256,9 @@ func endpoints(urls []string, t *upstream.Target) []string {
 	return urls
 }
 
-// stream relays a streamed reply across legs (replay.Stream).
-func (r *replayer) stream(ctx context.Context, w http.ResponseWriter, resp *http.Response) {
+// stream relays a streamed reply across legs (replay.Stream). whole is
+// called when the first leg reached its [DONE] (the truth check's count).
+func (r *replayer) stream(ctx context.Context, w http.ResponseWriter, resp *http.Response, whole func()) {
 	x, in := r.x, r.in
 	st := replay.NewStream(w, in.Route, in.Obj != nil && replay.ClientAsked(in.Obj), in.Obj != nil && replay.IncludeUsage(in.Obj))
 	if in.Tokens.Known {
@@ -163,8 +266,11 @@ func (r *replayer) stream(ctx context.Context, w http.ResponseWriter, resp *http
 	}
 	st.Start(resp, x.Run.Req.ID)
 	body := resp.Body
-	for {
+	for first := true; ; first = false {
 		err := st.Pump(body)
+		if err == nil && first {
+			whole()
+		}
 		body.Close()
 		if err == nil {
 			r.done(st)
@@ -366,13 +472,17 @@ func (r *replayer) send(ctx context.Context, in *bodyIn, at time.Time) (*http.Re
 	}
 	var lres engine.Result
 	resp, _, e := leg.Call{Role: upstream.RoleDecode, Path: in.Route.Path(), Body: body, TTFB: ttfb, Target: t,
-		Prepare: func(l *upstream.Leg) { l.Idle = n.idle }}.Send(ctx, x, n.client, &lres)
+		Prepare: func(l *upstream.Leg) { l.Idle, l.TargetHeader = r.idle, acceptEncoding(l.TargetHeader, l.Header) }}.Send(ctx, x, n.client, &lres)
 	r.tried = endpoints(r.tried, t)
 	if e != nil {
 		if isKVPull(e) {
 			return nil, handoffFailure(e)
 		}
 		return nil, e
+	}
+	if !readable(resp) { // a continuation must be read: another coding is a failed leg
+		resp.Body.Close()
+		return nil, errors.New("the continuation's reply has a Content-Encoding celflow does not read")
 	}
 	return resp, nil
 }
@@ -424,7 +534,7 @@ func (r *replayer) abort(st *replay.Stream, err error) {
 	default:
 		var brk *replay.Break
 		if errors.As(err, &brk) && brk.Reason == replay.ReasonIdle {
-			e = engine.Errorf(engine.KindUpstreamTimeout, "reply stalled for %s after %d bytes", r.n.idle, st.Bytes)
+			e = engine.Errorf(engine.KindUpstreamTimeout, "reply stalled for %s after %d bytes", r.idle, st.Bytes)
 		} else {
 			e = engine.Errorf(engine.KindBadGateway, "reply broke off after %d bytes", st.Bytes)
 		}
@@ -465,6 +575,12 @@ func (r *replayer) whole(ctx context.Context, resp *http.Response) {
 			h := w.Header()
 			upstream.CopyReplyHeaders(h, resp.Header)
 			delete(h, "Content-Encoding")
+			if st == nil && r.raw != nil {
+				// The first leg's gzip reply decoded whole (its checksum
+				// held): the client gets the worker's bytes as they came.
+				b = r.raw.Bytes()
+				h["Content-Encoding"] = []string{r.rawCE}
+			}
 			h["Content-Length"] = []string{strconv.Itoa(len(b))}
 			h["X-Request-Id"] = []string{x.Run.Req.ID}
 			rc := http.NewResponseController(w)

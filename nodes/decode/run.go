@@ -128,7 +128,7 @@ func (n *Decode) send(ctx context.Context, x *engine.Exec, in *bodyIn, s *leg.SG
 		resp, t, e = leg.Call{Role: upstream.RoleDecode, Path: x.Run.Req.Route.Path(), Body: body, TTFB: n.ttfb,
 			Reroute: n.reroutes, Fallback: n.fallbackFor(x), // before the first byte (node.go)
 			Prepare: func(l *upstream.Leg) {
-				fo.prepare(l, n.idle)
+				fo.prepare(l, leg.StreamIdle(x, n.idle))
 				// Hand-over time (docs/benchmarks.md, Hand-over): from prefill's
 				// answer to this request being handed to the transport; what
 				// follows until decode's first byte is the worker's

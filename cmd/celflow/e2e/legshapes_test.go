@@ -117,6 +117,14 @@ func decodeChatLeg(t *testing.T, l leg, id string, c client, hashes []string, pr
 	if !c.stream {
 		s.absent("stream_options")
 	}
+	// The shipped workflows' decode failover asks a streamed leg for token
+	// ids (cut from the client's reply); a non-streamed reply is made again
+	// whole, so its leg asks for none.
+	if c.stream {
+		s.eq("return_token_ids", true)
+	} else {
+		s.absent("return_token_ids")
+	}
 	s.absent("ec_transfer_params", "request_id")
 	s.ints("tokens.token_ids")
 	s.eq("kv_transfer_params.do_remote_prefill", true).eq("kv_transfer_params.do_remote_decode", false)

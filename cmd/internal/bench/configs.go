@@ -28,6 +28,7 @@ var flows = []flow{
   nodes:
     - id: decode
       type: decode
+      params: {failover: {attempts: 2}}   # as the shipped workflows
 `},
 	{"pd", "celflow prefill→decode", 2, `
   apiVersion: celflow/v1
@@ -42,6 +43,7 @@ var flows = []flow{
     - id: decode
       type: decode
       needs: [prefill]
+      params: {failover: {attempts: 2}}   # as the shipped workflows
 `},
 	// The full E/P/D graph on a text request: fetch-media finds no media,
 	// render is called, conditional decode is a predicted miss in direct
@@ -79,6 +81,7 @@ var flows = []flow{
     - id: decode
       type: decode
       needs: [prefill]
+      params: {failover: {attempts: 2}}   # as the shipped workflows
 `},
 }
 

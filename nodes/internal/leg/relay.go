@@ -36,9 +36,7 @@ func Relay(x *engine.Exec, resp *http.Response, idle, writeTimeout time.Duration
 		resp.Body.Close()
 		return engine.Result{HTTPStatus: resp.StatusCode, Err: engine.Errorf(engine.KindInternal, "the client was already answered by another node")}
 	}
-	if x.Target != nil && x.Target.StreamIdle != nil { // the chosen target rule's stream_idle_timeout
-		idle = *x.Target.StreamIdle
-	}
+	idle = StreamIdle(x, idle)
 	n, err := upstream.RelayWith(w, resp, upstream.RelayOptions{
 		ReqID:        x.Run.Req.ID,
 		Idle:         idle,
@@ -65,4 +63,15 @@ func Relay(x *engine.Exec, resp *http.Response, idle, writeTimeout time.Duration
 		Log(x).WithError(err).WithField("bytes", n).Info("partial response: relayed reply ended abnormally")
 	}
 	return r
+}
+
+// StreamIdle is the silence a relaying node's leg may keep between two
+// chunks: the chosen target rule's stream_idle_timeout when it sets one,
+// else the node's own (idle). The plain relay and decode's failover relay
+// both bound their legs with it.
+func StreamIdle(x *engine.Exec, idle time.Duration) time.Duration {
+	if x != nil && x.Target != nil && x.Target.StreamIdle != nil {
+		return *x.Target.StreamIdle
+	}
+	return idle
 }

@@ -98,24 +98,43 @@ func noteRoute(x *engine.Exec, t *upstream.Target) {
 }
 
 // tapUsage makes resp's body report the worker's cached_tokens to x's
-// predicted target when the body has been read to its end.
-func tapUsage(x *engine.Exec, resp *http.Response) {
+// predicted target when the body has been read to its end. It returns the
+// tap, nil when the leg carries no prediction.
+func tapUsage(x *engine.Exec, resp *http.Response) *usageTap {
 	if x == nil || x.Run == nil {
-		return
+		return nil
 	}
 	r, ok := routedKey.Get(x.Run)
 	if !ok {
-		return
+		return nil
 	}
 	r.mu.Lock()
 	t := r.t[routeScope(x)]
 	r.mu.Unlock()
 	if t == nil {
-		return
+		return nil
 	}
 	// A compressed reply is counted as relaying but not searched.
 	ce := resp.Header.Get("Content-Encoding")
-	resp.Body = &usageTap{rc: resp.Body, t: t, end: t.StartRelay(), blind: ce != "" && ce != "identity"}
+	u := &usageTap{rc: resp.Body, t: t, end: t.StartRelay(), blind: ce != "" && ce != "identity"}
+	resp.Body = u
+	return u
+}
+
+// TapUsage is tapUsage for a relay that reads the reply itself (decode's
+// failover relay): resp's body counts in its endpoint's load until it is
+// closed, and reports cached_tokens when read to its end. A stream reader
+// that stops at [DONE] without reading on to the end of the body calls
+// the returned whole instead; a reply that broke off never calls it and is
+// not counted. Only the leg the prediction was made for may be tapped: a
+// failover's continuation has another prompt (the original followed by the
+// generated tokens) on another endpoint, so its cached_tokens say nothing
+// about the prediction.
+func TapUsage(x *engine.Exec, resp *http.Response) (whole func()) {
+	if u := tapUsage(x, resp); u != nil {
+		return u.complete
+	}
+	return func() {}
 }
 
 // usageTap passes a body through and finds the last cached_tokens in it.
@@ -146,16 +165,24 @@ func (u *usageTap) Read(p []byte) (int, error) {
 	if n > 0 && !u.blind {
 		u.scan(p[:n])
 	}
-	if err == io.EOF && !u.done {
-		u.done = true
-		if u.end != nil {
-			u.end()
-		}
-		if u.found {
-			u.t.ObserveCached(u.cached)
-		}
+	if err == io.EOF {
+		u.complete()
 	}
 	return n, err
+}
+
+// complete reports the reply, once: it is whole.
+func (u *usageTap) complete() {
+	if u.done {
+		return
+	}
+	u.done = true
+	if u.end != nil {
+		u.end()
+	}
+	if u.found {
+		u.t.ObserveCached(u.cached)
+	}
 }
 
 // Close ends the relay's count too: the relay closes the body however it
