@@ -243,7 +243,7 @@ func (c *compiler) constUses(e exprAt) {
 
 // isConfigField: config.<name>, which always reads.
 func isConfigField(n celast.Expr) bool {
-	return n.Kind() == celast.SelectKind && !n.AsSelect().IsTestOnly() && selPath(n.AsSelect().Operand()) == "config"
+	return n.Kind() == celast.SelectKind && !n.AsSelect().IsTestOnly() && celenv.SelectPath(n.AsSelect().Operand()) == "config"
 }
 
 // varUse reports a failing use of a var at the var's value.
@@ -359,7 +359,7 @@ func (c *compiler) literals(e exprAt) {
 		if !ok {
 			return
 		}
-		switch selPath(field) {
+		switch celenv.SelectPath(field) {
 		case "request.path":
 			if prefix {
 				return

@@ -294,24 +294,6 @@ func addStr(l []string, s string) []string {
 	return append(l, s)
 }
 
-// selPath is the dotted path of a select chain rooted at an identifier
-// ("request.headers", "nodes.probe.response.status"), "" otherwise.
-func selPath(e celast.Expr) string {
-	switch e.Kind() {
-	case celast.IdentKind:
-		return e.AsIdent()
-	case celast.SelectKind:
-		s := e.AsSelect()
-		if s.IsTestOnly() {
-			return ""
-		}
-		if p := selPath(s.Operand()); p != "" {
-			return p + "." + s.FieldName()
-		}
-	}
-	return ""
-}
-
 // analyze collects what x reads. about is the node outcome and response
 // stand for (-1: none).
 func (s *searcher) analyze(x *celenv.Expr, about int) *reads {
@@ -389,10 +371,10 @@ func (s *searcher) analyze(x *celenv.Expr, about int) *reads {
 			}
 		case celast.SelectKind:
 			sel := e.AsSelect()
-			if p := selPath(e); p != "" {
+			if p := celenv.SelectPath(e); p != "" {
 				field(p)
 			}
-			if op := selPath(sel.Operand()); op != "" {
+			if op := celenv.SelectPath(sel.Operand()); op != "" {
 				headerKey(op, sel.FieldName(), false)
 				if sel.IsTestOnly() {
 					field(op + "." + sel.FieldName())
@@ -412,12 +394,12 @@ func (s *searcher) analyze(x *celenv.Expr, about int) *reads {
 			args := call.Args()
 			switch call.FunctionName() {
 			case operators.Index, operators.OptIndex:
-				if on := selPath(args[0]); on != "" {
+				if on := celenv.SelectPath(args[0]); on != "" {
 					k, lit := args[1].AsLiteral().(types.String)
 					headerKey(on, string(k), args[1].Kind() != celast.LiteralKind || !lit)
 				}
 			case operators.In:
-				if on := selPath(args[1]); on != "" {
+				if on := celenv.SelectPath(args[1]); on != "" {
 					if k, lit := args[0].AsLiteral().(types.String); args[0].Kind() == celast.LiteralKind && lit {
 						headerKey(on, string(k), false)
 					}
@@ -438,7 +420,7 @@ func (s *searcher) analyze(x *celenv.Expr, about int) *reads {
 				}
 			}
 		case celast.ComprehensionKind:
-			if selPath(e.AsComprehension().IterRange()) == "request.headers" {
+			if celenv.SelectPath(e.AsComprehension().IterRange()) == "request.headers" {
 				r.anyHeader = true
 			}
 		}

@@ -37,7 +37,12 @@ func (x *Expr) Decide(f Facts) Tri {
 
 // path renders a select chain rooted at an identifier ("response.status");
 // "" when e is not one.
-func path(e celast.Expr) string {
+func path(e celast.Expr) string { return SelectPath(e) }
+
+// SelectPath is the dotted path of a select chain rooted at an identifier
+// ("request.headers", "nodes.probe.response.status"); "" when e is not one
+// (a has() test included).
+func SelectPath(e celast.Expr) string {
 	switch e.Kind() {
 	case celast.IdentKind:
 		return e.AsIdent()
@@ -46,7 +51,7 @@ func path(e celast.Expr) string {
 		if s.IsTestOnly() {
 			return ""
 		}
-		if p := path(s.Operand()); p != "" {
+		if p := SelectPath(s.Operand()); p != "" {
 			return p + "." + s.FieldName()
 		}
 	}
