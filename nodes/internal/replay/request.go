@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 
+	"github.com/celflow/celflow/connectors/mm"
 	"github.com/celflow/celflow/engine"
 	"github.com/celflow/celflow/internal/jsonb"
 )
@@ -173,7 +174,7 @@ func Continuation(route engine.Route, body []byte, obj *jsonb.Object, ids []int6
 	if model != nil {
 		oe.Set("model", model)
 	}
-	oe.Set("prompt", appendIDs(make([]byte, 0, 7*len(ids)+2), ids))
+	oe.Set("prompt", mm.AppendTokenIDs(make([]byte, 0, 7*len(ids)+2), ids))
 	oe.Set("stream", []byte("true"))
 	oe.Set("return_token_ids", []byte("true"))
 	return ed.Body().Bytes(), true
@@ -195,24 +196,13 @@ func IncludeUsage(obj *jsonb.Object) bool {
 	return ok && bytes.Equal(u, []byte("true"))
 }
 
-func appendIDs(b []byte, ids []int64) []byte {
-	b = append(b, '[')
-	for i, id := range ids {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, id, 10)
-	}
-	return append(b, ']')
-}
-
 // generateContinuation is Continuation for the generate route: the same
 // route, token_ids replaced, sampling_params' max_tokens and min_tokens
 // reduced (vLLM's SamplingParams default of 16 when it sets none).
 func generateContinuation(body []byte, obj *jsonb.Object, ids []int64, generated int, model []byte) ([]byte, bool) {
 	ed := jsonb.NewEditor(body)
 	oe := ed.In(obj)
-	oe.Set("token_ids", appendIDs(make([]byte, 0, 7*len(ids)+2), ids))
+	oe.Set("token_ids", mm.AppendTokenIDs(make([]byte, 0, 7*len(ids)+2), ids))
 	if model != nil {
 		oe.Set("model", model)
 	}
