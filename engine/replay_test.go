@@ -75,18 +75,19 @@ func (c rerunCaller) Run(ctx context.Context, x *engine.Exec) engine.Result {
 	return engine.Result{Responded: true}
 }
 
-var rerunOnce sync.Once
 var rerunSeenNow = &rerunSeen{}
 
-func registerRerun() {
-	rerunOnce.Do(func() {
-		engine.Register(engine.NodeType{Name: "t-rerun-provider", Schema: []byte(`{"type":"object"}`),
-			Build: func(*engine.BuildContext, json.RawMessage) (engine.Node, error) { return rerunProvider{}, nil }})
-		engine.Register(engine.NodeType{Name: "t-rerun-caller", Schema: []byte(`{"type":"object"}`),
-			Build: func(*engine.BuildContext, json.RawMessage) (engine.Node, error) {
-				return rerunCaller{seen: rerunSeenNow}, nil
-			}})
-	})
+// The stand-ins register at init, as the package's other test node types
+// do: registered by the first test that used them, they made the known-type
+// list in TestInvalidGolden's unknown_node_type golden depend on test order
+// (it failed under -count=3).
+func init() {
+	engine.Register(engine.NodeType{Name: "t-rerun-provider", Schema: []byte(`{"type":"object"}`),
+		Build: func(*engine.BuildContext, json.RawMessage) (engine.Node, error) { return rerunProvider{}, nil }})
+	engine.Register(engine.NodeType{Name: "t-rerun-caller", Schema: []byte(`{"type":"object"}`),
+		Build: func(*engine.BuildContext, json.RawMessage) (engine.Node, error) {
+			return rerunCaller{seen: rerunSeenNow}, nil
+		}})
 }
 
 const rerunFlow = "nodes:\n  - id: p\n    type: t-rerun-provider\n  - id: c\n    type: t-rerun-caller\n    needs: [p]\n"
@@ -94,7 +95,6 @@ const rerunFlow = "nodes:\n  - id: p\n    type: t-rerun-provider\n  - id: c\n   
 // Each re-run is a span "<node> (replay)", a child of the caller's span,
 // linked to the node's original span; a failed re-run's span is an error.
 func TestExecRerunSpans(t *testing.T) {
-	registerRerun()
 	rec := tracetest.NewSpanRecorder()
 	prev := otel.GetTracerProvider()
 	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
@@ -134,7 +134,6 @@ func TestExecRerunSpans(t *testing.T) {
 // with the node's id, and finds nothing to re-run for a key nobody
 // provided.
 func TestExecRerun(t *testing.T) {
-	registerRerun()
 	w := load(t, rerunFlow)
 	rec := httptest.NewRecorder()
 	run := engine.NewRun(context.Background(), &engine.Request{ID: "r", Route: engine.RouteChat, Body: []byte(`{"original":1}`)}, rec)
